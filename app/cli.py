@@ -1,0 +1,107 @@
+"""`raykueue serve` and `raykueue explain`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from app.settings import Settings
+
+log = logging.getLogger("raykueue")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raykueue", description="Per-pod Kueue admission for autoscaled KubeRay clusters."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve the admission webhooks over HTTPS (and run the controller when a "
+        "cluster is reachable)",
+        description="Flags override RAYKUEUE_* environment variables, which override defaults.",
+    )
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--cert-dir", help="holds tls.crt/tls.key; generated with a CA when absent")
+    serve.add_argument("--kubeconfig", help="cluster to watch; in-cluster config is tried first")
+    serve.add_argument("--no-cluster", dest="cluster", action="store_false", default=None,
+                       help="admission only: never contact a cluster")
+    serve.add_argument("--no-controller", dest="controller", action="store_false", default=None,
+                       help="serve webhooks only; another process runs the controller")
+    serve.add_argument("--controller-identity", dest="controller_identities", action="append",
+                       help="username allowed to lift the gate (repeatable)")
+    serve.add_argument("--log-level")
+
+    explain = sub.add_parser("explain", help="say why a pod is still gated")
+    explain.add_argument("pod")
+    explain.add_argument("-n", "--namespace", default="default")
+    explain.add_argument("--kubeconfig")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if v is not None and k not in ("command", "pod")
+    }
+    if args.command == "serve":
+        return serve(Settings(**overrides))
+    return explain(args.pod, args.namespace, args.kubeconfig)
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from app import logs
+    from app.runtime import Runtime
+
+    logs.configure(settings.log_level)
+    runtime = Runtime(settings)
+    app = runtime.build()
+    assert runtime.cert_paths is not None
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        # uvicorn needs the paths to know it serves TLS; the context below
+        # replaces the one it builds, so that the reloader can swap certs in it.
+        ssl_certfile=str(runtime.cert_paths.tls_cert),
+        ssl_keyfile=str(runtime.cert_paths.tls_key),
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+    )
+    config.load()
+    config.ssl = runtime.ssl_context
+    log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,
+             runtime.cert_paths.ca_cert)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        runtime.shutdown()
+    return 0
+
+
+def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
+    from controller.explain import explain_pod
+
+    from kube.client import load_api_client
+    from kube.rest import Rest
+
+    api = load_api_client(kubeconfig)
+    if api is None:
+        print("raykueue explain: no cluster reachable (set --kubeconfig or KUBECONFIG)",
+              file=sys.stderr)
+        return 2
+    print(explain_pod(Rest(api), namespace, pod))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

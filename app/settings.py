@@ -1,0 +1,72 @@
+"""Every knob raykueue has, with its default and its environment variable.
+
+Precedence: command-line flag, then `RAYKUEUE_<NAME>` environment variable,
+then the default here. Lists are given in the environment as JSON
+(`RAYKUEUE_DNS_NAMES='["raykueue.raykueue-system.svc"]'`) or comma-separated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from webhooks import contract as c
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAYKUEUE_", extra="ignore")
+
+    # --- serving ---------------------------------------------------------------
+    host: str = "0.0.0.0"
+    port: int = 9443
+    cert_dir: Path = Path("certs-local")
+    # SANs of a generated serving certificate; ignored when tls.crt is given.
+    dns_names: CommaList = Field(default_factory=lambda: ["localhost"])
+    ip_addresses: CommaList = Field(default_factory=lambda: ["127.0.0.1"])
+    # An AdmissionReview holds the object and, on update, the old one; etcd
+    # caps an object at 1.5 MiB, so 4 MiB leaves room and stops abuse.
+    max_body_bytes: int = 4 * 1024 * 1024
+    log_level: str = "INFO"
+
+    # --- cluster ---------------------------------------------------------------
+    kubeconfig: str | None = None
+    # When False the server never contacts a cluster, even if one is configured.
+    cluster: bool = True
+    probe_timeout_seconds: float = 3.0
+    cache_sync_timeout_seconds: float = 30.0
+
+    # --- admission policy ------------------------------------------------------
+    head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
+    worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
+    # Usernames allowed to lift the gate (the controller's ServiceAccount).
+    controller_identities: CommaList = Field(
+        default_factory=lambda: [c.DEFAULT_CONTROLLER_IDENTITY]
+    )
+    # Off by default: also set the pod's Kubernetes PriorityClass.
+    set_pod_priority: bool = False
+    head_pod_priority_class: str = "ray-head"
+    worker_pod_priority_class: str = "ray-worker"
+
+    # --- controller ------------------------------------------------------------
+    controller: bool = True
+    head_first: bool = True
+    leader_election: bool = True
+    lease_namespace: str = "raykueue-system"
+    lease_name: str = "raykueue-controller"
+
+    @field_validator("dns_names", "ip_addresses", "controller_identities", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                import orjson
+
+                return orjson.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value

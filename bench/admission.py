@@ -1,0 +1,167 @@
+"""Admission throughput and latency: raykueue's server against its ceiling.
+
+Starts `raykueue serve --no-cluster` and bench/ceiling.py (the same decision
+behind a bare ASGI handler) on core 0, drives each in turn with wrk on core 1
+over TLS keep-alive connections with KubeRay head and worker creations, and
+prints reviews/s, p50 and p99 for both, alternating rounds so that the noise
+of a shared machine falls on both alike. Needs `wrk` (apt-get install wrk).
+
+    python bench/admission.py [--connections 32] [--seconds 10] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests import reviews as rv  # noqa: E402
+from webhooks import contract as c  # noqa: E402
+
+LUA = """
+local bodies = {}
+local i = 0
+init = function(args)
+  for _, path in ipairs(args) do
+    local f = assert(io.open(path, "rb")); table.insert(bodies, f:read("*all")); f:close()
+  end
+end
+request = function()
+  i = i % #bodies + 1
+  return wrk.format("POST", "/mutate-pods", {["Content-Type"] = "application/json"}, bodies[i])
+end
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bodies(workdir: Path) -> list[Path]:
+    paths = []
+    for name, review in (("head", rv.head_review()), ("worker", rv.worker_review())):
+        review = rv.set_annotation(review, c.STANDALONE_ANNOTATION, "true")
+        review = rv.set_label(review, c.QUEUE_LABEL, "team-a")
+        path = workdir / f"{name}.json"
+        path.write_bytes(json.dumps(review).encode())
+        paths.append(path)
+    return paths
+
+
+def wait_ready(port: int, ca: Path, body: bytes, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            # The server writes its CA on start; until then there is nothing to trust.
+            context = ssl.create_default_context(cafile=str(ca))
+            request = urllib.request.Request(
+                f"https://127.0.0.1:{port}/mutate-pods", data=body,
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, context=context, timeout=2) as response:
+                return json.loads(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def run_wrk(port: int, script: Path, paths: list[Path], connections: int, seconds: int) -> dict:
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
+           f"https://127.0.0.1:{port}", "--", *map(str, paths)]
+    if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1:
+        cmd = ["taskset", "-c", "1", *cmd]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    return {"rps": rps, "p50": _latency(out, "50%"), "p99": _latency(out, "99%")}
+
+
+def _latency(out: str, label: str) -> float:
+    match = re.search(rf"^\s+{re.escape(label)}\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+    value, unit = float(match.group(1)), match.group(2)
+    return value * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        print("bench needs wrk: apt-get install wrk", file=sys.stderr)
+        return 2
+
+    workdir = Path(tempfile.mkdtemp(prefix="raykueue-bench-"))
+    certs = workdir / "certs"
+    paths = bodies(workdir)
+    script = workdir / "bodies.lua"
+    script.write_text(LUA)
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    real_port, ceiling_port = free_port(), free_port()
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the servers
+    servers = [
+        subprocess.Popen([*pin, sys.executable, "-m", "app.cli", "serve", "--no-cluster",
+                          "--host", "127.0.0.1", "--port", str(real_port),
+                          "--cert-dir", str(certs)], env=env, stderr=log, cwd=ROOT),
+    ]
+    try:
+        answer = wait_ready(real_port, certs / "ca.crt", paths[0].read_bytes())
+        assert answer["response"]["allowed"] and answer["response"].get("patch"), answer
+        servers.append(subprocess.Popen(
+            [*pin, sys.executable, str(ROOT / "bench" / "ceiling.py"), "--port", str(ceiling_port),
+             "--cert-dir", str(certs)], env=env, stderr=log, cwd=ROOT))
+        wait_ready(ceiling_port, certs / "ca.crt", paths[0].read_bytes())
+
+        sizes = ", ".join(f"{p.stem} {p.stat().st_size} B" for p in paths)
+        print(f"bodies: {sizes}; {args.connections} connections, {args.seconds}s x "
+              f"{args.rounds} rounds each, servers on core 0, wrk on core 1")
+        results: dict[str, list[dict]] = {"raykueue": [], "ceiling": []}
+        for round_no in range(args.rounds):
+            for name, port in (("ceiling", ceiling_port), ("raykueue", real_port)):
+                result = run_wrk(port, script, paths, args.connections, args.seconds)
+                results[name].append(result)
+                print(f"  round {round_no + 1} {name:8s} {result['rps']:9.0f} reviews/s  "
+                      f"p50 {result['p50']:6.2f} ms  p99 {result['p99']:6.2f} ms")
+        summary = {
+            name: {k: statistics.median(r[k] for r in runs) for k in ("rps", "p50", "p99")}
+            for name, runs in results.items()
+        }
+        for name, s in summary.items():
+            print(f"median {name:8s} {s['rps']:9.0f} reviews/s  p50 {s['p50']:6.2f} ms  "
+                  f"p99 {s['p99']:6.2f} ms")
+        ratios = [r["rps"] / cl["rps"] for r, cl in zip(results["raykueue"], results["ceiling"],
+                                                         strict=True)]
+        print(f"raykueue / ceiling throughput: {statistics.median(ratios):.1%} "
+              f"(per round: {', '.join(f'{x:.1%}' for x in ratios)})")
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=10)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Serving certificates: issue, store, hot reload, and caBundle injection."""

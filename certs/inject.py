@@ -1,0 +1,74 @@
+"""Point the API server's webhook configurations at our CA.
+
+Only `webhooks[*].clientConfig.caBundle` is touched, with one JSON patch per
+configuration whose entries each re-check the webhook's name at that index:
+if someone reorders the list between our read and our write, the patch fails
+instead of giving a webhook the wrong entry.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kube.resources import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Resource,
+)
+from kube.rest import ApiError, Rest
+
+log = logging.getLogger(__name__)
+
+
+def ca_bundle_ops(config: Mapping[str, Any], ca_pem: bytes) -> list[dict[str, Any]]:
+    """JSON patch setting every webhook's caBundle to `ca_pem`; [] if all match."""
+    bundle = base64.b64encode(ca_pem).decode("ascii")
+    ops: list[dict[str, Any]] = []
+    for i, hook in enumerate(config.get("webhooks") or []):
+        client = hook.get("clientConfig") or {}
+        if client.get("caBundle") == bundle:
+            continue
+        ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook.get("name")})
+        if "clientConfig" in hook:
+            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",
+                        "value": bundle})
+        else:
+            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig",
+                        "value": {"caBundle": bundle}})
+    return ops
+
+
+def inject_ca_bundle(rest: Rest, ca_pem: bytes, mutating_name: str | None,
+                     validating_name: str | None) -> int:
+    """Set caBundle on both configurations; returns how many webhooks changed.
+
+    A configuration that does not exist (not installed yet, or this install
+    has only one kind) is skipped with a warning; other API errors raise.
+    """
+    changed = 0
+    targets: list[tuple[Resource, str | None]] = [
+        (MUTATING_WEBHOOK_CONFIGURATIONS, mutating_name),
+        (VALIDATING_WEBHOOK_CONFIGURATIONS, validating_name),
+    ]
+    for resource, name in targets:
+        if not name:
+            continue
+        path = resource.path(name=name)
+        try:
+            config = rest.get(path)
+        except ApiError as exc:
+            if exc.is_not_found:
+                log.warning("%s %s not found; caBundle not injected", resource.plural, name)
+                continue
+            raise
+        ops = ca_bundle_ops(config, ca_pem)
+        if not ops:
+            continue
+        rest.json_patch(path, ops)
+        patched = sum(1 for op in ops if op["op"] == "add")
+        changed += patched
+        log.info("set caBundle on %d webhook(s) of %s %s", patched, resource.plural, name)
+    return changed

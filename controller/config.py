@@ -1,0 +1,33 @@
+"""The controller's knobs. `app` maps its settings onto this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    # A worker's Workload waits until its cluster's head Workload is admitted,
+    # so workers never hold quota for a cluster whose head cannot run.
+    head_first: bool = True
+    # Owner of the Workload conditions we write by server-side apply and of
+    # the pod condition written before an eviction.
+    field_manager: str = "raykueue"
+    workers: int = 4
+    # Every pod is reconciled again this often, a safety net for a missed
+    # event; the caches themselves relist only on 410 Gone.
+    resync_seconds: float = 300.0
+    cache_sync_timeout_seconds: float = 60.0
+    # Retry backoff of a failed reconcile, doubling per consecutive failure.
+    retry_base_seconds: float = 0.05
+    retry_max_seconds: float = 30.0
+    # "v1beta2" or "v1beta1"; None asks the API server which one it serves.
+    workload_version: str | None = None
+    # Restrict to one namespace (tests); None watches all namespaces.
+    namespace: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError("workers must be at least 1")
+        if self.workload_version not in (None, "v1beta1", "v1beta2"):
+            raise ValueError(f"unsupported Workload version {self.workload_version!r}")

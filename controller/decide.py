@@ -1,0 +1,364 @@
+"""What to do for one pod, given what the caches hold: no I/O.
+
+`decide(pod, workloads, ctx)` looks at a pod (None once it is gone), every
+Workload that names it (or a pod of the same name) as owner, and what the
+caller resolved from its caches, and returns the actions to apply, in order.
+Applying them and then deciding again on the new state yields nothing new:
+every rule is a test of the current state, never of a remembered event, which
+is what makes a restarted or newly elected controller safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from controller import pods as p
+from controller import workload as w
+from webhooks import contract as c
+from webhooks.objects import Obj, labels, metadata
+
+# --- actions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreateWorkload:
+    body: Mapping[str, Any]
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiftGate:
+    """One pod patch: remove the gate, add the flavors' placement."""
+
+    workload: str
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    flavors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SetPodsReady:
+    workload: str
+    ready: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinishWorkload:
+    workload: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class EvictPod:
+    """Condition on the pod, event, delete; a FinishWorkload follows."""
+
+    workload: str
+    reason: str
+    message: str
+    head: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReportConflict:
+    """Someone else claims this pod, or its placement; we keep our hands off."""
+
+    kind: str
+    message: str
+    workload: str | None = None  # also reported on this Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Warn:
+    """Something the user must fix before the pod can progress (event once)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to write; says what the pod waits for (logs, explain)."""
+
+    reason: str
+
+
+Action = CreateWorkload | LiftGate | SetPodsReady | FinishWorkload | EvictPod | ReportConflict | Warn | Wait
+
+# Conflict kinds (metric label, event reason).
+CONFLICT_KUEUE_POD: Final = "KueueManagesPod"
+CONFLICT_KUEUE_WORKLOAD: Final = "KueueWorkload"
+CONFLICT_NODE_SELECTOR: Final = "NodeSelectorConflict"
+
+# Finished reasons. Kueue's own: Succeeded, Failed, OwnerNotFound.
+FINISHED_SUCCEEDED: Final = "Succeeded"
+FINISHED_FAILED: Final = "Failed"
+FINISHED_POD_DELETED: Final = "PodDeleted"
+FINISHED_EVICTED: Final = "Evicted"
+FINISHED_OWNER_NOT_FOUND: Final = "OwnerNotFound"
+FINISHED_DUPLICATE: Final = "Duplicate"
+
+WARN_PRIORITY_CLASS: Final = "PriorityClassNotFound"
+WARN_NO_QUEUE: Final = "NoQueue"
+WARN_FINISHED_WHILE_GATED: Final = "WorkloadFinished"
+WARN_UNGATED_NOT_ADMITTED: Final = "RunningWithoutAdmission"
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the loop resolved from its caches for this pod."""
+
+    version: str = w.V1BETA2
+    head_first: bool = True
+    # Whether the pod's cluster has a head whose Workload is admitted (or that
+    # already runs); only consulted for workers.
+    head_admitted: bool = False
+    flavors: Mapping[str, Obj] = field(default_factory=dict)
+    priority_values: Mapping[str, int] = field(default_factory=dict)
+
+
+# --- the decision ---------------------------------------------------------------
+
+
+def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Action]:
+    pod_uid = p.uid(pod) if pod is not None else ""
+    ours: list[Obj] = []
+    foreign: list[Obj] = []
+    actions: list[Action] = []
+    for wl in workloads:
+        if pod_uid and w.pod_uid_of(wl) == pod_uid:
+            (ours if w.is_ours(wl) else foreign).append(wl)
+        elif w.is_ours(wl):
+            # Ours, but for a pod that no longer exists (a namesake may): the
+            # pod vanished while we were down, or before we finished it.
+            actions += _finish(wl, FINISHED_OWNER_NOT_FOUND,
+                               f"pod {_owner_name(wl)} ({w.pod_uid_of(wl)}) no longer exists")
+    if pod is None:
+        return actions
+
+    claim = p.kueue_claims(pod)
+    if claim is not None:
+        return [*actions, ReportConflict(
+            CONFLICT_KUEUE_POD,
+            f"pod {_name(pod)} {claim}: Kueue's pod integration manages it, so raykueue "
+            "leaves it alone; disable one of the two for this pod")]
+    if foreign:
+        names = ", ".join(sorted(_name(x) for x in foreign))
+        return [*actions, ReportConflict(
+            CONFLICT_KUEUE_WORKLOAD,
+            f"pod {_name(pod)} is owned by Workload {names} not created by raykueue "
+            f"(no {c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE} label); its quota would be "
+            "counted twice, so raykueue leaves the pod alone")]
+
+    current, duplicates = _pick(pod, ours)
+    for dup in duplicates:
+        actions += _finish(dup, FINISHED_DUPLICATE,
+                           f"a second Workload for pod {_name(pod)}; {_name(current)} is kept"
+                           if current is not None else "duplicate Workload")
+
+    if p.is_deleting(pod) or p.is_terminal(pod):
+        if current is not None:
+            reason, message = _end_of_pod(pod)
+            actions += _finish(current, reason, message)
+        return actions
+
+    if current is None:
+        return actions + _without_workload(pod, ctx)
+    if w.is_deleting(current):
+        # Its name is the one a new Workload would take: wait until it is gone.
+        return [*actions, Wait(f"Workload {_name(current)} is being deleted")]
+    return actions + _with_workload(pod, current, ctx)
+
+
+def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
+    if not p.is_gated(pod):
+        # Lifted already (its Workload since deleted by hand) or never ours to
+        # gate: a Workload now would queue a pod that is already running.
+        return []
+    role = p.role(pod) or c.ROLE_WORKER
+    if role == c.ROLE_WORKER and ctx.head_first and not ctx.head_admitted:
+        return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet")]
+    if not labels(pod).get(c.QUEUE_LABEL):
+        return [Warn(WARN_NO_QUEUE,
+                     f"pod {_name(pod)} has no {c.QUEUE_LABEL} label, so Kueue would never "
+                     "admit its Workload; recreate it through the raykueue webhook"),
+                Wait("no queue")]
+    priority: w.Priority | None = None
+    class_name = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+    if class_name:
+        value = ctx.priority_values.get(class_name)
+        if value is None:
+            return [Warn(WARN_PRIORITY_CLASS,
+                         f"WorkloadPriorityClass {class_name!r} (label {c.PRIORITY_CLASS_LABEL} "
+                         f"of pod {_name(pod)}) does not exist; create it and the pod will queue"),
+                    Wait(f"WorkloadPriorityClass {class_name} missing")]
+        priority = w.Priority(class_name, value)
+    return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
+
+
+def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
+    name = _name(wl)
+    if w.is_finished(wl):
+        if p.is_gated(pod):
+            return [Warn(WARN_FINISHED_WHILE_GATED,
+                         f"Workload {name} of pod {_name(pod)} is Finished but the pod is still "
+                         "gated; delete the pod and let KubeRay recreate it")]
+        return []
+
+    if w.is_evicted(wl):
+        cond = w.condition(wl, w.EVICTED) or {}
+        reason = str(cond.get("reason") or "Evicted")
+        message = str(cond.get("message") or "evicted by Kueue")
+        head = p.role(pod) == c.ROLE_HEAD
+        return [
+            EvictPod(name, reason, message, head),
+            *_finish(wl, FINISHED_EVICTED, f"pod {_name(pod)} deleted after eviction: "
+                                           f"{reason}: {message}"),
+        ]
+
+    if not w.is_admitted(wl):
+        if not p.is_gated(pod):
+            return [Warn(WARN_UNGATED_NOT_ADMITTED,
+                         f"pod {_name(pod)} is not gated but its Workload {name} is not admitted; "
+                         "it runs outside Kueue's quota")]
+        return [Wait(_pending_reason(wl))]
+
+    if p.is_gated(pod):
+        return _lift(pod, wl, ctx)
+    return _readiness(pod, wl)
+
+
+def _lift(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
+    flavors = w.assigned_flavors(wl)
+    missing = [f for f in flavors if f not in ctx.flavors]
+    if missing:
+        return [Wait(f"ResourceFlavor {', '.join(missing)} not in the cache yet")]
+    wanted: dict[str, str] = {}
+    wanted_tolerations: list[Mapping[str, Any]] = []
+    for flavor in flavors:
+        flavor_spec = ctx.flavors[flavor].get("spec") or {}
+        wanted.update(flavor_spec.get("nodeLabels") or {})
+        wanted_tolerations += [t for t in flavor_spec.get("tolerations") or []
+                               if isinstance(t, dict)]
+    for update in w.admission_check_updates(wl):
+        wanted.update(update.get("nodeSelector") or {})
+        wanted_tolerations += [t for t in update.get("tolerations") or [] if isinstance(t, dict)]
+
+    own = p.node_selector(pod)
+    clashes = sorted(k for k, v in wanted.items() if k in own and own[k] != v)
+    if clashes:
+        detail = ", ".join(f"{k}={own[k]!r} (flavor wants {wanted[k]!r})" for k in clashes)
+        return [ReportConflict(
+            CONFLICT_NODE_SELECTOR,
+            f"pod {_name(pod)} was admitted to flavor {', '.join(flavors)} but its own "
+            f"nodeSelector disagrees: {detail}; the gate stays until the pod or the "
+            "ResourceFlavor is changed",
+            workload=_name(wl))]
+    add_selector = {k: v for k, v in wanted.items() if k not in own}
+    have = [_toleration_key(t) for t in p.tolerations(pod)]
+    add_tolerations: list[Mapping[str, Any]] = []
+    for tol in wanted_tolerations:
+        k = _toleration_key(tol)
+        if k not in have:
+            have.append(k)
+            add_tolerations.append(tol)
+    return [LiftGate(_name(wl), add_selector, tuple(add_tolerations), tuple(flavors))]
+
+
+def _readiness(pod: Obj, wl: Obj) -> list[Action]:
+    """PodsReady as Kueue's job framework writes it (generatePodsReadyCondition).
+
+    An absent condition is not written as False: Kueue's WaitForPodsReady
+    treats absent like False/WaitForStart, and skipping it saves a write per pod.
+    """
+    current = w.condition(wl, w.PODS_READY)
+    ready_now = p.is_ready(pod)
+    if ready_now:
+        if current is not None and current.get("status") == "True":
+            return []
+        recovering = current is not None and current.get("reason") in (
+            w.READY_WAIT_FOR_RECOVERY, w.READY_RECOVERED)
+        reason = w.READY_RECOVERED if recovering else w.READY_STARTED
+        return [SetPodsReady(_name(wl), True, reason, w.READY_MESSAGE)]
+    if current is not None and current.get("status") == "True":
+        return [SetPodsReady(_name(wl), False, w.READY_WAIT_FOR_RECOVERY, w.RECOVERY_MESSAGE)]
+    return []
+
+
+# --- head first ---------------------------------------------------------------------
+
+
+def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
+    """Whether a cluster's head can run: given each head pod with its Workload.
+
+    A head counts when its Workload is admitted (and not evicted or finished),
+    or when it is already past the gate (running) and not being deleted.
+    """
+    for pod, wl in heads:
+        if p.is_deleting(pod) or p.is_terminal(pod):
+            continue
+        if wl is not None and w.pod_uid_of(wl) == p.uid(pod):
+            if w.is_admitted(wl) and not w.is_evicted(wl) and not w.is_finished(wl):
+                return True
+            continue
+        if not p.is_gated(pod):
+            return True
+    return False
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
+    if w.is_finished(wl) or w.is_deleting(wl):
+        return []
+    return [FinishWorkload(_name(wl), reason, message)]
+
+
+def _end_of_pod(pod: Obj) -> tuple[str, str]:
+    phase = p.phase(pod)
+    detail = p.status_message(pod)
+    if phase == "Succeeded":
+        return FINISHED_SUCCEEDED, detail or f"pod {_name(pod)} succeeded"
+    if phase == "Failed":
+        return FINISHED_FAILED, detail or f"pod {_name(pod)} failed"
+    return FINISHED_POD_DELETED, f"pod {_name(pod)} is being deleted; quota released"
+
+
+def _pick(pod: Obj, ours: list[Obj]) -> tuple[Obj | None, list[Obj]]:
+    """The pod's Workload (the deterministic name wins) and any extras."""
+    live = [x for x in ours if not w.is_deleting(x)]
+    if not live:
+        return (ours[0] if ours else None), []
+    expected = w.workload_name(pod)
+    live.sort(key=lambda x: (_name(x) != expected, str(metadata(x).get("creationTimestamp")),
+                             _name(x)))
+    return live[0], live[1:]
+
+
+def _pending_reason(wl: Obj) -> str:
+    for type_ in (w.QUOTA_RESERVED, w.ADMITTED):
+        cond = w.condition(wl, type_)
+        if cond is not None and cond.get("status") != "True" and cond.get("message"):
+            return str(cond["message"])
+    if w.is_quota_reserved(wl):
+        return "quota reserved, admission checks pending"
+    return "waiting for Kueue to admit the Workload"
+
+
+def _toleration_key(tol: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (tol.get("key") or "", tol.get("operator") or "Equal", tol.get("value") or "",
+            tol.get("effect") or "", tol.get("tolerationSeconds"))
+
+
+def _name(obj: Obj) -> str:
+    return str(metadata(obj).get("name") or "")
+
+
+def _owner_name(wl: Obj) -> str:
+    owner = w.owner_pod(wl)
+    return owner[0] if owner else "?"

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Builds the test control plane from Go modules into ${RAYKUEUE_BIN_DIR}
+# (default ~/.cache/raykueue/bin, always outside the repo), and copies the CRDs
+# and kwok stages it needs from the module cache beside it:
+#
+#   $RAYKUEUE_BIN_DIR/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,
+#                      kubectl,kueue,ray-operator,kwok}
+#   $RAYKUEUE_BIN_DIR/../crds/{kueue,kuberay}/*.yaml
+#   $RAYKUEUE_BIN_DIR/../kwok-stages/{node-fast,node-heartbeat,pod-fast}/*.yaml
+#
+# Two Go modules: this folder (etcd, Kubernetes, Kueue, kwok: one module so the
+# shared k8s.io code compiles once) and kuberay/ (the KubeRay operator, which does
+# not compile against the controller-runtime Kueue needs; see kuberay/go.mod).
+#
+# A stamp (sha256 of both go.mod/go.sum, versions.env and this script) makes a
+# warm run a no-op. Only missing binaries are built when the stamp matches; everything
+# is (re)linked when it does not (Go's build cache keeps that cheap).
+#
+# Environment: RAYKUEUE_BIN_DIR, RAYKUEUE_BUILD_JOBS (go build -p, default: nproc,
+# at most 2 on small machines), RAYKUEUE_FORCE_BUILD=1 to ignore the stamp.
+set -euo pipefail
+start_s=$(date +%s)
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+# shellcheck source=versions.env
+source ./versions.env
+
+bin_dir="${RAYKUEUE_BIN_DIR:-$HOME/.cache/raykueue/bin}"
+mkdir -p "$bin_dir"
+bin_dir="$(cd "$bin_dir" && pwd)"
+share_dir="$(dirname "$bin_dir")"
+crd_dir="$share_dir/crds"
+stage_dir="$share_dir/kwok-stages"
+stamp_file="$bin_dir/.stamp"
+
+repo_root="$(cd "$here/.." && pwd)"
+case "$bin_dir/" in
+  "$repo_root"/*) echo "build.sh: RAYKUEUE_BIN_DIR ($bin_dir) must be outside the repo" >&2; exit 2 ;;
+esac
+
+# binary name -> main package; mods: binary name -> module folder (default: .)
+declare -A mods=([ray-operator]=kuberay)
+declare -A pkgs=(
+  [etcd]=go.etcd.io/etcd/server/v3
+  [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
+  [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+  [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
+  [kubectl]=k8s.io/kubernetes/cmd/kubectl
+  [kueue]=sigs.k8s.io/kueue/cmd/kueue
+  [ray-operator]=github.com/ray-project/kuberay/ray-operator
+  [kwok]=sigs.k8s.io/kwok/cmd/kwok
+)
+order=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kueue ray-operator kwok)
+
+stamp="$(cat go.mod go.sum kuberay/go.mod kuberay/go.sum versions.env build.sh | sha256sum | cut -d' ' -f1)"
+old_stamp="$(cat "$stamp_file" 2>/dev/null || true)"
+
+elapsed() { echo $(( $(date +%s) - start_s )); }
+
+all_present() {
+  local b
+  for b in "${order[@]}"; do [[ -x "$bin_dir/$b" ]] || return 1; done
+  [[ -f "$crd_dir/kueue/kueue.x-k8s.io_workloads.yaml" && -f "$crd_dir/kuberay/ray.io_rayclusters.yaml" \
+     && -d "$stage_dir/pod-fast" ]] || return 1
+}
+
+if [[ "${RAYKUEUE_FORCE_BUILD:-0}" != 1 && "$stamp" == "$old_stamp" ]] && all_present; then
+  echo "build.sh: control plane up to date in $bin_dir ($(elapsed)s)"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build.sh: go is not on PATH (needs Go >= 1.26)" >&2; exit 1; }
+./gen-replaces.sh --check
+
+export CGO_ENABLED=0
+export GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false"
+
+# What to build: everything when the inputs changed, else only what is missing.
+todo=()
+for b in "${order[@]}"; do
+  if [[ "$stamp" != "$old_stamp" || "${RAYKUEUE_FORCE_BUILD:-0}" == 1 || ! -x "$bin_dir/$b" ]]; then
+    todo+=("$b")
+  fi
+done
+
+jobs="${RAYKUEUE_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+k8s_minor="${KUBERNETES_VERSION#v1.}"; k8s_minor="${k8s_minor%%.*}"
+build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+ldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $p.gitVersion=${KUBERNETES_VERSION} -X $p.gitMajor=1 -X $p.gitMinor=${k8s_minor}"
+  ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=${build_date}"
+done
+ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}"
+ldflags+=" -X sigs.k8s.io/kueue/pkg/version.BuildDate=${build_date}"
+
+if (( ${#todo[@]} )); then
+  echo "build.sh: building ${todo[*]} into $bin_dir (go build -p $jobs; a cold build takes a while)"
+  out="$(mktemp -d "$bin_dir/.build.XXXXXX")"
+  trap 'rm -rf "$out"' EXIT
+  for mod in . kuberay; do
+    list=()
+    for b in "${todo[@]}"; do
+      [[ "${mods[$b]:-.}" == "$mod" ]] && list+=("${pkgs[$b]}")
+    done
+    (( ${#list[@]} )) || continue
+    echo "build.sh: [$mod] go build ${list[*]}"
+    (cd "$mod" && go mod download && go build -p "$jobs" -trimpath -ldflags "$ldflags" -o "$out/" "${list[@]}")
+  done
+  # `go build -o DIR` names a binary after its package path; etcd's ends in
+  # server/v3, so it comes out as "server".
+  if [[ -f "$out/server" ]]; then mv "$out/server" "$out/etcd"; fi
+  for b in "${todo[@]}"; do
+    [[ -x "$out/$b" ]] || { echo "build.sh: $b was not produced (have: $(ls "$out"))" >&2; exit 1; }
+    mv -f "$out/$b" "$bin_dir/$b"
+  done
+fi
+
+# CRDs and kwok stages, straight from the module cache.
+moddir() {  # [module folder] module path -> its directory in the module cache (after replace)
+  local in="."; if (( $# == 2 )); then in="$1"; shift; fi
+  (cd "$in" && go list -m -f '{{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}' "$1")
+}
+copy_yaml() {  # src dir, dst dir: top-level *.yaml except kustomization.yaml
+  local src="$1" dst="$2" f
+  rm -rf "$dst"; mkdir -p "$dst"
+  for f in "$src"/*.yaml; do
+    [[ "$(basename "$f")" == kustomization.yaml ]] && continue
+    install -m 0644 "$f" "$dst/"
+  done
+}
+kueue_dir="$(moddir sigs.k8s.io/kueue)"
+kuberay_dir="$(moddir kuberay github.com/ray-project/kuberay/ray-operator)"
+kwok_dir="$(moddir sigs.k8s.io/kwok)"
+copy_yaml "$kueue_dir/config/components/crd/bases" "$crd_dir/kueue"
+copy_yaml "$kuberay_dir/config/crd/bases" "$crd_dir/kuberay"
+copy_yaml "$kwok_dir/kustomize/stage/node/fast" "$stage_dir/node-fast"
+copy_yaml "$kwok_dir/kustomize/stage/node/heartbeat" "$stage_dir/node-heartbeat"
+copy_yaml "$kwok_dir/kustomize/stage/pod/fast" "$stage_dir/pod-fast"
+
+cat > "$share_dir/versions.env" <<EOF
+$(grep -v '^#' versions.env)
+EOF
+
+all_present || { echo "build.sh: something is still missing in $share_dir" >&2; exit 1; }
+echo "$stamp" > "$stamp_file"
+echo "build.sh: control plane ready in $bin_dir ($(elapsed)s)"

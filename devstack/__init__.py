@@ -1,0 +1,32 @@
+"""devstack: the real Kubernetes control plane for raykueue's tests, on loopback.
+
+    python -m devstack up [--tier api|e2e]   start (or reuse / upgrade) a stack
+    python -m devstack status                what runs, where, and its logs
+    python -m devstack env                   shell exports for the running stack
+    python -m devstack down                  stop it
+
+Binaries come from controlplane/build.sh (RAYKUEUE_BIN_DIR); a stack lives in
+RAYKUEUE_STACK_DIR (default ~/.cache/raykueue/stack) with its kubeconfig,
+state.json and logs/.
+"""
+
+from .config import Nodes, Samples, StackConfig, default_bin_dir, default_stack_dir
+from .stack import Stack, StackError, down, free_ports, stop_component, up
+from .webhooks import register_webhooks, unregister_webhooks, webhook_configurations
+
+__all__ = [
+    "Nodes",
+    "Samples",
+    "Stack",
+    "StackConfig",
+    "StackError",
+    "default_bin_dir",
+    "default_stack_dir",
+    "down",
+    "free_ports",
+    "register_webhooks",
+    "stop_component",
+    "unregister_webhooks",
+    "up",
+    "webhook_configurations",
+]

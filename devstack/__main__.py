@@ -1,0 +1,95 @@
+"""python -m devstack up|down|status|env (see devstack/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from .config import TIERS, StackConfig
+from .stack import Stack, StackError, down, up
+
+
+def _quota(text: str) -> dict[str, str]:
+    out = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not name or not value:
+            raise argparse.ArgumentTypeError(f"expected name=value[,name=value], got {text!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
+    p.add_argument("--stack-dir", type=Path, help="default: $RAYKUEUE_STACK_DIR or ~/.cache/raykueue/stack")
+    p.add_argument("--bin-dir", type=Path, help="default: $RAYKUEUE_BIN_DIR or ~/.cache/raykueue/bin")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pu = sub.add_parser("up", help="start, reuse or upgrade a stack")
+    pu.add_argument("--tier", choices=TIERS, default="e2e")
+    pu.add_argument("--quota", type=_quota, help="sample ClusterQueue quota, e.g. cpu=16,memory=64Gi")
+    pu.add_argument("--nodes", type=int, help="number of kwok nodes (default 2)")
+    pu.add_argument("--node-capacity", type=_quota, help="kwok node capacity, e.g. cpu=16,pods=110")
+    pu.add_argument("--timeout", type=float, help="seconds each component may take (default 120)")
+    pd = sub.add_parser("down", help="stop the stack")
+    pd.add_argument("--purge-logs", action="store_true")
+    ps = sub.add_parser("status", help="show the stack (exit 1 when none runs)")
+    ps.add_argument("--json", action="store_true")
+    sub.add_parser("env", help="print shell exports for the running stack")
+    args = p.parse_args(argv)
+
+    config = StackConfig()
+    if args.stack_dir:
+        config.stack_dir = args.stack_dir
+    if args.bin_dir:
+        config.bin_dir = args.bin_dir
+
+    if args.cmd == "up":
+        if args.quota:
+            config.samples.quota = args.quota
+        if args.nodes is not None:
+            config.nodes.count = args.nodes
+        if args.node_capacity:
+            config.nodes.capacity.update(args.node_capacity)
+        if args.timeout:
+            config.ready_timeout = args.timeout
+        try:
+            stack, _ = up(args.tier, config)
+        except StackError as e:
+            print(f"devstack: {e}", file=sys.stderr)
+            return 1
+        print(f"export KUBECONFIG={shlex.quote(str(stack.kubeconfig))}")
+        return 0
+    if args.cmd == "down":
+        if not down(config, keep_logs=not args.purge_logs):
+            print("devstack: no stack recorded in " + str(config.stack_dir), file=sys.stderr)
+        return 0
+    stack = Stack.load(config)
+    if stack is None:
+        print(f"devstack: no stack in {config.stack_dir}", file=sys.stderr)
+        return 1
+    if args.cmd == "status":
+        st = stack.status()
+        if args.json:
+            print(json.dumps(st, indent=2))
+        else:
+            print(f"tier {st['tier']}  server {st['server']}  ready={st['apiserver_ready']}")
+            print(f"kubeconfig {st['kubeconfig']}")
+            for name, c in st["components"].items():
+                extra = f"pid {c['pid']} ports {c['ports']} log {c['log']}" if "pid" in c else ""
+                print(f"  {name:24} {c['state']:12} {extra}")
+        ok = st["apiserver_ready"] and all(
+            c["state"] != "dead" for c in st["components"].values())
+        return 0 if ok else 1
+    if args.cmd == "env":
+        for k, v in stack.env().items():
+            print(f"export {k}={shlex.quote(v)}")
+        print(f"export PATH={shlex.quote(str(stack.config.bin_dir))}:\"$PATH\"")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

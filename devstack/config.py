@@ -1,0 +1,78 @@
+"""Where devstack finds its binaries and keeps a stack, and what a stack holds."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TIERS = ("api", "e2e")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_bin_dir() -> Path:
+    return Path(os.environ.get("RAYKUEUE_BIN_DIR") or Path.home() / ".cache/raykueue/bin")
+
+
+def default_stack_dir() -> Path:
+    return Path(os.environ.get("RAYKUEUE_STACK_DIR") or Path.home() / ".cache/raykueue/stack")
+
+
+def share_dir(bin_dir: Path) -> Path:
+    """build.sh puts crds/ and kwok-stages/ beside the bin dir."""
+    return bin_dir.parent
+
+
+DEFAULT_QUOTA = {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}
+DEFAULT_NODE_CAPACITY = {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4", "pods": "110"}
+
+
+@dataclass
+class Samples:
+    """The sample Kueue objects every stack starts with; e2e tests add their own."""
+
+    flavor: str = "default-flavor"
+    cluster_queue: str = "team-a"
+    local_queue: str = "default"
+    local_queue_namespace: str = "default"
+    quota: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_QUOTA))
+    priority_classes: dict[str, int] = field(
+        default_factory=lambda: {"ray-head": 1000, "ray-worker": 100}
+    )
+
+
+@dataclass
+class Nodes:
+    count: int = 2
+    prefix: str = "kwok-node-"
+    capacity: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CAPACITY))
+
+
+@dataclass
+class StackConfig:
+    stack_dir: Path = field(default_factory=default_stack_dir)
+    bin_dir: Path = field(default_factory=default_bin_dir)
+    samples: Samples = field(default_factory=Samples)
+    nodes: Nodes = field(default_factory=Nodes)
+    service_cluster_ip_range: str = "10.96.0.0/16"
+    # seconds one component may take to become ready
+    ready_timeout: float = 120.0
+    # Deep-merged over the generated Kueue configuration (config.kueue.x-k8s.io/v1beta2),
+    # e.g. {"waitForPodsReady": {"timeout": "5m"}, "featureGates": {...}}.
+    kueue_config: dict = field(default_factory=dict)
+
+    @property
+    def share_dir(self) -> Path:
+        return share_dir(self.bin_dir)
+
+    @property
+    def crd_dir(self) -> Path:
+        return self.share_dir / "crds"
+
+    @property
+    def stage_dir(self) -> Path:
+        return self.share_dir / "kwok-stages"
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name

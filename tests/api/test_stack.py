@@ -1,0 +1,115 @@
+"""The api tier of the local control plane is real and complete."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client
+
+from tests.waiting import wait_for
+
+KUEUE_CRDS = {
+    "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters",
+    "multikueueconfigs", "provisioningrequestconfigs", "resourceflavors", "topologies",
+    "workloadpriorityclasses", "workloads",
+}
+
+
+def test_version_is_pinned_kubernetes(k8s, kubectl):
+    info = client.VersionApi(k8s).get_code()
+    assert info.git_version == "v1.36.3"
+    assert (info.major, info.minor) == ("1", "36")
+    assert info.git_tree_state == "clean"
+    out = kubectl("version", "-o", "json", check=True)
+    versions = json.loads(out.stdout)
+    assert versions["clientVersion"]["gitVersion"] == "v1.36.3"
+    assert versions["serverVersion"]["gitVersion"] == "v1.36.3"
+
+
+def test_all_crds_established(api_stack):
+    crds = api_stack.api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
+    established = {
+        c["metadata"]["name"] for c in crds
+        if any(x["type"] == "Established" and x["status"] == "True"
+               for x in c.get("status", {}).get("conditions", []))
+    }
+    assert {f"{n}.kueue.x-k8s.io" for n in KUEUE_CRDS} <= established
+    assert {"rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"} <= established
+    workloads = next(c for c in crds if c["metadata"]["name"] == "workloads.kueue.x-k8s.io")
+    served = {v["name"]: v.get("storage", False) for v in workloads["spec"]["versions"] if v["served"]}
+    assert served.get("v1beta2") is True
+
+
+def test_sample_kueue_objects(api_stack):
+    api = api_stack.api
+    s = api_stack.config.samples
+    cq = api.get(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{s.cluster_queue}")
+    assert cq["spec"]["namespaceSelector"] == {}
+    quotas = {r["name"]: r["nominalQuota"]
+              for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    assert quotas == s.quota
+    lq = api.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{s.local_queue_namespace}"
+                 f"/localqueues/{s.local_queue}")
+    assert lq["spec"]["clusterQueue"] == s.cluster_queue
+    assert api.get(f"/apis/kueue.x-k8s.io/v1beta2/resourceflavors/{s.flavor}")
+    for name, value in {"ray-head": 1000, "ray-worker": 100}.items():
+        wpc = api.get(f"/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses/{name}")
+        assert wpc["value"] == value
+
+
+def test_pods_are_admitted_with_a_service_account_token(new_namespace, kubectl):
+    """serviceaccount-controller + the ServiceAccount admission plugin work together."""
+    ns = new_namespace("sa")
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    kubectl("create", "-f", "-", input=json.dumps(pod), check=True)
+    got = json.loads(kubectl("get", "pod", "p", "-n", ns, "-o", "json", check=True).stdout)
+    assert got["spec"]["serviceAccountName"] == "default"
+    assert any(v["name"].startswith("kube-api-access-") for v in got["spec"]["volumes"])
+    # the root CA publisher fills the ConfigMap that projected tokens reference
+    wait_for(lambda: kubectl("get", "configmap", "kube-root-ca.crt", "-n", ns).returncode == 0,
+             timeout=30, message="kube-root-ca.crt ConfigMap")
+
+
+def test_namespace_deletion_finishes(api_stack):
+    """namespace-controller empties and removes a namespace."""
+    api = api_stack.api
+    api.call("POST", "/api/v1/namespaces",
+             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-gc-check"}})
+    api.call("POST", "/api/v1/namespaces/ns-gc-check/configmaps",
+             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
+    api.delete("/api/v1/namespaces/ns-gc-check")
+    wait_for(lambda: api.get_or_none("/api/v1/namespaces/ns-gc-check") is None,
+             timeout=60, message="namespace ns-gc-check to be deleted")
+
+
+def test_garbage_collector_follows_owner_references(new_namespace, api_stack):
+    api = api_stack.api
+    ns = new_namespace("gc")
+    owner = api.call("POST", f"/api/v1/namespaces/{ns}/configmaps",
+                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}})
+    api.call("POST", f"/api/v1/namespaces/{ns}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dependent", "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner["metadata"]["uid"]}]}})
+    api.delete(f"/api/v1/namespaces/{ns}/configmaps/owner")
+    wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/configmaps/dependent") is None,
+             timeout=60, message="the dependent ConfigMap to be garbage-collected")
+
+
+def test_state_file_lets_another_process_find_the_stack(api_stack):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "devstack", "--stack-dir", str(api_stack.dir), "status", "--json"],
+        capture_output=True, text=True, check=True, cwd=str(api_stack.config.stack_dir.parent)
+        if False else None)
+    st = json.loads(out.stdout)
+    assert st["apiserver_ready"] is True
+    assert st["components"]["kube-apiserver"]["state"] == "running"
+    assert st["kubeconfig"] == str(api_stack.kubeconfig)

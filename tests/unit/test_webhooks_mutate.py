@@ -1,0 +1,315 @@
+"""The mutating webhook's rules, from a real-shaped AdmissionReview to the patched pod."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+
+from tests import reviews as rv
+from webhooks import contract as c
+from webhooks.admit import admit_create, ray_owner
+from webhooks.classify import Context, PodPriority, Policy, is_dns1123_subdomain
+from webhooks.review import encode, parse
+
+POLICY = Policy()
+RAYCLUSTER = {
+    "kind": "RayCluster",
+    "metadata": {
+        "name": "raycluster-gpu",
+        "namespace": "team-a",
+        "labels": {c.QUEUE_LABEL: "team-a"},
+        "annotations": {c.STANDALONE_ANNOTATION: "true"},
+    },
+}
+
+
+def opted_in(review: dict[str, Any]) -> dict[str, Any]:
+    return rv.set_annotation(review, c.STANDALONE_ANNOTATION, "true")
+
+
+def with_queue(review: dict[str, Any], queue: str = "team-a") -> dict[str, Any]:
+    return rv.set_label(review, c.QUEUE_LABEL, queue)
+
+
+def run(review: dict[str, Any], ctx: Context | None = None, policy: Policy = POLICY):
+    outcome = admit_create(parse(orjson.dumps(review)), ctx or Context(), policy)
+    return outcome
+
+
+def patched(review: dict[str, Any], outcome) -> dict[str, Any]:
+    """Apply the answer the way the API server does: decode, then RFC 6902."""
+    answer = orjson.loads(encode(review["request"]["uid"], outcome.verdict))["response"]
+    pod = copy.deepcopy(rv.pod_of(review))
+    if "patch" not in answer:
+        return pod
+    assert answer["patchType"] == "JSONPatch"
+    ops = orjson.loads(base64.b64decode(answer["patch"]))
+    return jsonpatch.apply_patch(pod, ops)
+
+
+def gates(pod: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in pod["spec"].get("schedulingGates", [])]
+
+
+# --- not ours -----------------------------------------------------------------
+
+
+def test_pod_without_opt_in_is_untouched() -> None:
+    review = with_queue(rv.head_review())
+    outcome = run(review)
+    assert outcome.verdict.allowed and outcome.verdict.patch is None
+    assert outcome.decision == "skipped" and outcome.reason == "not opted in"
+
+
+@pytest.mark.parametrize("node_type", ["redis-cleanup", "submitter", None])
+def test_non_head_worker_pods_are_not_managed(node_type: str | None) -> None:
+    review = opted_in(with_queue(rv.set_label(rv.head_review(), c.NODE_TYPE_LABEL, node_type)))
+    outcome = run(review)
+    assert outcome.verdict.allowed and outcome.verdict.patch is None
+    assert outcome.reason == "not a Ray head or worker"
+
+
+def test_opt_out_on_pod_wins_over_cluster_opt_in() -> None:
+    review = rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, "false")
+    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    assert outcome.verdict.patch is None
+    assert outcome.reason == "opted out on the pod"
+
+
+@pytest.mark.parametrize(
+    "mark",
+    [
+        lambda r: rv.set_label(r, c.KUEUE_MANAGED_LABEL, "true"),
+        lambda r: _with_gate(r, c.KUEUE_POD_GATE),
+    ],
+    ids=["managed-label", "kueue-gate"],
+)
+def test_pods_kueue_already_claimed_are_left_alone_with_a_warning(mark) -> None:
+    review = mark(opted_in(with_queue(rv.worker_review())))
+    outcome = run(review)
+    assert outcome.verdict.allowed and outcome.verdict.patch is None
+    assert outcome.reason == "managed by Kueue"
+    assert any("Kueue's pod integration" in w for w in outcome.verdict.warnings)
+
+
+def test_non_create_operations_pass_through() -> None:
+    review = opted_in(with_queue(rv.head_review()))
+    review["request"]["operation"] = "UPDATE"
+    outcome = run(review)
+    assert outcome.verdict.allowed and outcome.verdict.patch is None
+
+
+# --- opt-in values ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["True", "yes", "1", ""])
+def test_invalid_opt_in_value_is_denied_with_the_valid_values(value: str) -> None:
+    review = rv.set_annotation(with_queue(rv.head_review()), c.STANDALONE_ANNOTATION, value)
+    outcome = run(review)
+    assert not outcome.verdict.allowed
+    assert c.STANDALONE_ANNOTATION in outcome.verdict.message
+    assert '"true"' in outcome.verdict.message and '"false"' in outcome.verdict.message
+
+
+def test_invalid_opt_in_on_the_raycluster_names_the_raycluster() -> None:
+    cluster = copy.deepcopy(RAYCLUSTER)
+    cluster["metadata"]["annotations"][c.STANDALONE_ANNOTATION] = "maybe"
+    outcome = run(rv.worker_review(), Context(owners=(cluster,), cluster_known=True))
+    assert not outcome.verdict.allowed
+    assert "RayCluster raycluster-gpu" in outcome.verdict.message
+
+
+def test_opt_in_and_queue_come_from_the_owning_raycluster() -> None:
+    review = rv.worker_review()
+    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    pod = patched(review, outcome)
+    assert outcome.decision == "gated"
+    assert pod["metadata"]["labels"][c.QUEUE_LABEL] == "team-a"
+    assert "RayCluster raycluster-gpu" in outcome.reason
+
+
+def test_opt_in_through_rayjob_owner_chain() -> None:
+    cluster = {"kind": "RayCluster", "metadata": {"name": "raycluster-gpu", "labels": {}}}
+    rayjob = {
+        "kind": "RayJob",
+        "metadata": {
+            "name": "train",
+            "labels": {c.QUEUE_LABEL: "batch"},
+            "annotations": {c.STANDALONE_ANNOTATION: "true"},
+        },
+    }
+    review = rv.worker_review()
+    outcome = run(review, Context(owners=(cluster, rayjob), cluster_known=True))
+    assert patched(review, outcome)["metadata"]["labels"][c.QUEUE_LABEL] == "batch"
+
+
+def test_unresolved_owner_without_annotation_on_pod_is_denied_for_retry() -> None:
+    review = with_queue(rv.worker_review())
+    ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
+    outcome = run(review, ctx)
+    assert not outcome.verdict.allowed
+    assert "RayCluster team-a/raycluster-gpu" in outcome.verdict.message
+    assert "retried" in outcome.verdict.message
+
+
+def test_unresolved_owner_does_not_matter_when_the_pod_opts_in() -> None:
+    review = opted_in(with_queue(rv.worker_review()))
+    ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
+    assert run(review, ctx).decision == "gated"
+
+
+# --- queue ------------------------------------------------------------------
+
+
+def test_pod_queue_label_wins_over_raycluster() -> None:
+    review = with_queue(rv.worker_review(), "special")
+    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    assert patched(review, outcome)["metadata"]["labels"][c.QUEUE_LABEL] == "special"
+
+
+def test_namespace_default_local_queue_is_the_fallback() -> None:
+    review = opted_in(rv.head_review())
+    outcome = run(review, Context(cluster_known=True, default_queue_exists=True))
+    assert patched(review, outcome)["metadata"]["labels"][c.QUEUE_LABEL] == "default"
+    assert "default LocalQueue" in outcome.reason
+
+
+def test_no_queue_is_denied_naming_the_label_to_set() -> None:
+    outcome = run(opted_in(rv.head_review()), Context(cluster_known=True))
+    assert not outcome.verdict.allowed
+    assert c.QUEUE_LABEL in outcome.verdict.message
+    assert "RayCluster raycluster-gpu" in outcome.verdict.message
+    assert 'LocalQueue named "default"' in outcome.verdict.message
+
+
+@pytest.mark.parametrize("queue", ["Team-A", "team_a", "-team", "a" * 254])
+def test_queue_that_is_not_a_dns_subdomain_is_denied(queue: str) -> None:
+    outcome = run(opted_in(with_queue(rv.head_review(), queue)))
+    assert not outcome.verdict.allowed
+    assert "DNS-1123 subdomain" in outcome.verdict.message
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [("team-a", True), ("a.b-c", True), ("a", True), ("A", False), ("a..b", False), ("", False)],
+)
+def test_dns1123_subdomain(value: str, valid: bool) -> None:
+    assert is_dns1123_subdomain(value) is valid
+
+
+# --- priority ---------------------------------------------------------------
+
+
+def test_head_and_worker_get_their_default_priority_classes() -> None:
+    for review, expected in ((rv.head_review(), "ray-head"), (rv.worker_review(), "ray-worker")):
+        review = opted_in(with_queue(review))
+        pod = patched(review, run(review))
+        assert pod["metadata"]["labels"][c.PRIORITY_CLASS_LABEL] == expected
+
+
+def test_priority_defaults_are_configurable() -> None:
+    review = opted_in(with_queue(rv.worker_review()))
+    pod = patched(review, run(review, policy=Policy("vip-head", "spot-worker")))
+    assert pod["metadata"]["labels"][c.PRIORITY_CLASS_LABEL] == "spot-worker"
+
+
+def test_explicit_priority_label_on_pod_wins() -> None:
+    review = rv.set_label(opted_in(with_queue(rv.head_review())), c.PRIORITY_CLASS_LABEL, "urgent")
+    pod = patched(review, run(review))
+    assert pod["metadata"]["labels"][c.PRIORITY_CLASS_LABEL] == "urgent"
+
+
+def test_pod_priority_class_is_set_only_when_configured() -> None:
+    review = opted_in(with_queue(rv.head_review()))
+    assert "priorityClassName" not in patched(review, run(review))["spec"]
+    policy = Policy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
+    ctx = Context(priority_values={"ray-head-pc": 100000})
+    pod = patched(review, run(review, ctx, policy))
+    assert pod["spec"]["priorityClassName"] == "ray-head-pc"
+    assert pod["spec"]["priority"] == 100000
+
+
+def test_unknown_pod_priority_class_is_a_warning_not_a_denial() -> None:
+    review = opted_in(with_queue(rv.worker_review()))
+    policy = Policy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
+    outcome = run(review, Context(), policy)
+    assert outcome.decision == "gated"
+    assert "priorityClassName" not in patched(review, outcome)["spec"]
+    assert any("ray-worker-pc" in w for w in outcome.verdict.warnings)
+
+
+# --- gate -------------------------------------------------------------------
+
+
+def _with_gate(review: dict[str, Any], name: str) -> dict[str, Any]:
+    review = copy.deepcopy(review)
+    rv.pod_of(review)["spec"].setdefault("schedulingGates", []).append({"name": name})
+    return review
+
+
+def test_gate_and_labels_are_added_and_nothing_else_changes() -> None:
+    review = opted_in(with_queue(rv.worker_review()))
+    before = rv.pod_of(review)
+    pod = patched(review, run(review))
+    assert gates(pod) == [c.GATE]
+    assert pod["metadata"]["labels"][c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
+    for key in ("labels", "schedulingGates"):
+        pod["metadata"].pop(key, None)
+        pod["spec"].pop(key, None)
+    before = copy.deepcopy(before)
+    before["metadata"].pop("labels")
+    assert pod == before
+
+
+def test_gate_is_appended_after_existing_gates() -> None:
+    review = _with_gate(opted_in(with_queue(rv.worker_review())), "example.com/other")
+    assert gates(patched(review, run(review))) == ["example.com/other", c.GATE]
+
+
+def test_reinvocation_on_a_patched_pod_yields_an_empty_patch() -> None:
+    review = opted_in(with_queue(rv.head_review()))
+    once = patched(review, run(review))
+    again = copy.deepcopy(review)
+    again["request"]["object"] = once
+    outcome = run(again)
+    assert outcome.decision == "gated"
+    assert outcome.verdict.patch is None
+    assert gates(patched(again, outcome)) == [c.GATE]
+
+
+def test_pod_without_labels_map_gets_one() -> None:
+    review = opted_in(rv.head_review())
+    pod = rv.pod_of(review)
+    pod["metadata"]["labels"] = None
+    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    # No node-type label means it is not a Ray pod at all.
+    assert outcome.decision == "skipped"
+
+
+def test_generate_name_pod_has_no_name_or_uid_and_still_gets_gated() -> None:
+    review = opted_in(with_queue(rv.worker_review()))
+    meta = rv.pod_of(review)["metadata"]
+    assert "name" not in meta and "uid" not in meta and meta["generateName"]
+    outcome = run(review)
+    assert outcome.decision == "gated"
+    assert gates(patched(review, outcome)) == [c.GATE]
+
+
+def test_dry_run_gets_exactly_the_same_answer() -> None:
+    review = opted_in(with_queue(rv.head_review()))
+    dry = copy.deepcopy(review)
+    dry["request"]["dryRun"] = True
+    uid = review["request"]["uid"]
+    assert encode(uid, run(review).verdict) == encode(uid, run(dry).verdict)
+
+
+def test_ray_owner_reads_the_controller_reference() -> None:
+    assert ray_owner(rv.pod_of(rv.head_review())) == ("RayCluster", "raycluster-gpu")
+    pod = rv.pod_of(rv.head_review())
+    pod["metadata"]["ownerReferences"][0]["apiVersion"] = "example.com/v1"
+    assert ray_owner(pod) is None

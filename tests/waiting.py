@@ -1,0 +1,46 @@
+"""Wait for a condition by polling; tests never sleep for a fixed time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class WaitTimeout(AssertionError):
+    """The condition did not hold in time (an AssertionError, so pytest shows it as a failure)."""
+
+
+def wait_for(
+    fn: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    message: str | Callable[[], str] = "condition",
+) -> T:
+    """Call `fn` until it returns something truthy; return that value.
+
+    Exceptions raised by `fn` count as "not yet" and the last one is reported on
+    timeout, as is the last falsy value. `message` may be a callable so that the
+    timeout text can describe the current state (e.g. dump an object).
+    """
+    deadline = time.monotonic() + timeout
+    last: object = None
+    last_exc: BaseException | None = None
+    delay = min(interval, 0.05)
+    while True:
+        try:
+            value = fn()
+            if value:
+                return value
+            last, last_exc = value, None
+        except Exception as e:
+            last_exc = e
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            detail = f"last error: {last_exc!r}" if last_exc else f"last value: {last!r}"
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {text} ({detail})") \
+                from last_exc
+        time.sleep(delay)
+        delay = min(delay * 2, interval)

@@ -1,0 +1,79 @@
+"""From a parsed review to a verdict and the facts worth logging about it.
+
+Both entry points are pure: the caller supplies the owner context it read
+from caches. Dry-run requests go through the same code, which is why nothing
+here has a side effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from webhooks import contract as c
+from webhooks.classify import Context, Deny, Manage, Policy, Skip, classify, role_of
+from webhooks.mutate import gate_patch
+from webhooks.objects import Obj, controller_ref, ref_group
+from webhooks.review import Review, Verdict
+from webhooks.validate import Denied, judge_update
+
+_RAY_OWNER_KINDS = (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A verdict plus what the decision log line and metrics report."""
+
+    verdict: Verdict
+    decision: str  # gated | skipped | denied | allowed
+    role: str = ""
+    queue: str = ""
+    priority: str = ""
+    reason: str = ""
+
+
+def ray_owner(obj: Obj) -> tuple[str, str] | None:
+    """(kind, name) of the Ray object controlling `obj`, to look up in a cache."""
+    ref = controller_ref(obj)
+    if ref is None or ref_group(ref) != c.RAY_API_GROUP:
+        return None
+    kind, name = ref.get("kind"), ref.get("name")
+    if kind in _RAY_OWNER_KINDS and isinstance(name, str):
+        return kind, name
+    return None
+
+
+def admit_create(review: Review, ctx: Context, policy: Policy) -> Outcome:
+    if review.operation != "CREATE":
+        return Outcome(Verdict(True), "skipped", reason=f"{review.operation} is not handled")
+    pod = review.object
+    decision = classify(pod, ctx, policy)
+    role = role_of(pod) or ""
+    match decision:
+        case Skip(reason=reason, warning=warning):
+            warnings = (warning,) if warning else ()
+            return Outcome(Verdict(True, warnings=warnings), "skipped", role=role, reason=reason)
+        case Deny(message=message):
+            return Outcome(Verdict(False, message=message), "denied", role=role, reason=message)
+        case Manage():
+            patch = gate_patch(pod, decision)
+            return Outcome(
+                Verdict(True, patch=patch or None, warnings=decision.warnings),
+                "gated",
+                role=role,
+                queue=decision.queue,
+                priority=decision.priority_class,
+                reason=f"queue from {decision.queue_source}, priority from {decision.priority_source}",
+            )
+    raise AssertionError(f"unhandled decision {decision!r}")  # pragma: no cover
+
+
+def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
+    role = role_of(review.object) or ""
+    if review.operation != "UPDATE" or review.old_object is None:
+        return Outcome(Verdict(True), "allowed", role=role, reason=f"{review.operation} not judged")
+    judgement = judge_update(review.old_object, review.object, review.username, controllers)
+    if isinstance(judgement, Denied):
+        return Outcome(Verdict(False, message=judgement.message), "denied", role=role,
+                       reason=judgement.message)
+    return Outcome(Verdict(True), "allowed", role=role, reason=judgement.reason)

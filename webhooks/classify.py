@@ -1,0 +1,226 @@
+"""What raykueue should do with a pod at creation: the defaulting decision.
+
+`classify` is a pure function of the pod, of what the caller already knows
+about the pod's owners (read from caches, never from the API on this path) and
+of the policy. It answers Skip (not ours), Deny (ours but unusable as given,
+with a message that says what to change) or Manage (gate it, with the queue
+and priority resolved and where each came from).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from webhooks import contract as c
+from webhooks.objects import Obj, annotations, display_name, gate_names, labels, spec
+
+# DNS-1123 subdomain, as Kubernetes validates object names (LocalQueue and
+# WorkloadPriorityClass are named objects).
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PodPriority:
+    """Optional: Kubernetes PriorityClasses to set on gated pods.
+
+    Off by default. When on, kube-scheduler's own preemption agrees with
+    Kueue's order (a head outranks workers on the node as well as in the queue).
+    """
+
+    head_class: str
+    worker_class: str
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
+    worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
+    pod_priority: PodPriority | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the edge resolved from its caches for one pod.
+
+    `owners` is the Ray owner chain, nearest first (RayCluster, then the
+    RayJob or RayService that owns it). `cluster_known` is False when the
+    server runs admission-only: then only the pod itself can be consulted.
+    `unresolved_owner` names an owner the pod points at that the caches do not
+    hold (yet); it may carry the opt-in, so the pod cannot be decided.
+    """
+
+    owners: Sequence[Obj] = ()
+    cluster_known: bool = False
+    unresolved_owner: str | None = None
+    default_queue_exists: bool = False
+    priority_values: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    reason: str
+    warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manage:
+    role: str
+    queue: str
+    queue_source: str
+    priority_class: str
+    priority_source: str
+    # (PriorityClass name, value) to write into the pod spec, when configured.
+    pod_priority: tuple[str, int] | None = None
+    warnings: tuple[str, ...] = ()
+
+
+Decision = Skip | Deny | Manage
+
+
+def role_of(pod: Obj) -> str | None:
+    role = labels(pod).get(c.NODE_TYPE_LABEL)
+    return role if role in c.MANAGED_ROLES else None
+
+
+def kueue_claims(pod: Obj) -> bool:
+    """Kueue's plain-pod integration already manages this pod."""
+    return (
+        labels(pod).get(c.KUEUE_MANAGED_LABEL) == "true" or c.KUEUE_POD_GATE in gate_names(pod)
+    )
+
+
+def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
+    role = role_of(pod)
+    if role is None:
+        return Skip("not a Ray head or worker")
+
+    opt_in = _opt_in(pod, ctx)
+    if isinstance(opt_in, Deny | Skip):
+        return opt_in
+
+    if kueue_claims(pod):
+        # Gating it as well would count its quota twice; Kueue got there first.
+        return Skip(
+            "managed by Kueue",
+            warning=(
+                f"pod carries {c.KUEUE_MANAGED_LABEL} or {c.KUEUE_POD_GATE}: Kueue's pod "
+                f"integration manages it, so raykueue leaves it alone; remove "
+                f"{c.STANDALONE_ANNOTATION} or exclude this namespace from Kueue's pod integration"
+            ),
+        )
+
+    queue = _queue(pod, ctx, role)
+    if isinstance(queue, Deny):
+        return queue
+    queue_name, queue_source = queue
+
+    explicit = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+    if explicit:
+        priority_class, priority_source = explicit, "pod label"
+    elif role == c.ROLE_HEAD:
+        priority_class, priority_source = policy.head_priority_class, "head default"
+    else:
+        priority_class, priority_source = policy.worker_priority_class, "worker default"
+    if not is_dns1123_subdomain(priority_class):
+        return Deny(
+            f"{c.PRIORITY_CLASS_LABEL}={priority_class!r} is not a valid WorkloadPriorityClass "
+            "name: use a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
+        )
+
+    pod_priority, warnings = _pod_priority(pod, ctx, policy, role)
+    return Manage(
+        role=role,
+        queue=queue_name,
+        queue_source=queue_source,
+        priority_class=priority_class,
+        priority_source=priority_source,
+        pod_priority=pod_priority,
+        warnings=warnings,
+    )
+
+
+def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
+    """The nearest `standalone` annotation decides: pod, then RayCluster, then its owner."""
+    sources: list[tuple[str, Obj]] = [("the pod", pod)]
+    sources += [(_describe(owner), owner) for owner in ctx.owners]
+    for where, obj in sources:
+        value = annotations(obj).get(c.STANDALONE_ANNOTATION)
+        if value is None:
+            continue
+        if value == "true":
+            return None
+        if value == "false":
+            return Skip(f"opted out on {where}")
+        return Deny(
+            f'annotation {c.STANDALONE_ANNOTATION}="{value}" on {where} is not valid: set it to '
+            f'"true" to queue this Ray cluster in Kueue pod by pod, or "false" to opt out'
+        )
+    if ctx.unresolved_owner:
+        # The owner may opt in; admitting the pod ungated would let it run
+        # outside quota for good, so ask KubeRay to retry instead.
+        return Deny(
+            f"{ctx.unresolved_owner} is not yet in raykueue's cache, so its "
+            f"{c.STANDALONE_ANNOTATION} annotation cannot be read; the creation is retried by "
+            "KubeRay. If this persists, check that raykueue can watch RayClusters"
+        )
+    return Skip("not opted in")
+
+
+def _queue(pod: Obj, ctx: Context, role: str) -> tuple[str, str] | Deny:
+    found: tuple[str, str] | None = None
+    own = labels(pod).get(c.QUEUE_LABEL)
+    if own:
+        found = (own, "pod label")
+    else:
+        for owner in ctx.owners:
+            value = labels(owner).get(c.QUEUE_LABEL)
+            if value:
+                found = (value, f"{_describe(owner)} label")
+                break
+    if found is None and ctx.default_queue_exists:
+        found = (c.DEFAULT_LOCAL_QUEUE, "namespace default LocalQueue")
+    if found is None:
+        cluster = labels(pod).get(c.CLUSTER_LABEL, "")
+        target = f"RayCluster {cluster}" if cluster else "the RayCluster"
+        return Deny(
+            f"no Kueue queue for Ray {role} pod {display_name(pod)}: set label "
+            f"{c.QUEUE_LABEL}=<LocalQueue name> on {target} or on its pod template, or create "
+            f'a LocalQueue named "{c.DEFAULT_LOCAL_QUEUE}" in this namespace'
+        )
+    name, source = found
+    if not is_dns1123_subdomain(name):
+        return Deny(
+            f"{c.QUEUE_LABEL}={name!r} (from {source}) is not a valid LocalQueue name: use a "
+            "DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending "
+            "with a letter or digit)"
+        )
+    return found
+
+
+def _pod_priority(
+    pod: Obj, ctx: Context, policy: Policy, role: str
+) -> tuple[tuple[str, int] | None, tuple[str, ...]]:
+    if policy.pod_priority is None or spec(pod).get("priorityClassName"):
+        # A PriorityClass chosen in the pod template is the user's call.
+        return None, ()
+    name = policy.pod_priority.head_class if role == c.ROLE_HEAD else policy.pod_priority.worker_class
+    value = ctx.priority_values.get(name)
+    if value is None:
+        return None, (f"PriorityClass {name} is not known to raykueue; pod priority left unset",)
+    return (name, value), ()
+
+
+def _describe(obj: Obj) -> str:
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "owner"
+    return f"{kind} {display_name(obj)}"

@@ -1,0 +1,69 @@
+"""Tolerant readers for Kubernetes objects held as parsed JSON.
+
+The API server guarantees shapes for what it stores, but an AdmissionReview
+can carry an object before defaulting and a cache can hold a partial one, so
+every reader here treats a missing or mistyped field as absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+Obj = Mapping[str, Any]
+_EMPTY: Mapping[str, Any] = {}
+
+
+def metadata(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else _EMPTY
+
+
+def labels(obj: Obj) -> Mapping[str, str]:
+    value = metadata(obj).get("labels")
+    return value if isinstance(value, dict) else _EMPTY
+
+
+def annotations(obj: Obj) -> Mapping[str, str]:
+    value = metadata(obj).get("annotations")
+    return value if isinstance(value, dict) else _EMPTY
+
+
+def spec(obj: Obj) -> Obj:
+    value = obj.get("spec")
+    return value if isinstance(value, dict) else _EMPTY
+
+
+def gate_names(pod: Obj) -> list[str]:
+    gates = spec(pod).get("schedulingGates")
+    if not isinstance(gates, list):
+        return []
+    return [g["name"] for g in gates if isinstance(g, dict) and isinstance(g.get("name"), str)]
+
+
+def controller_ref(obj: Obj) -> Obj | None:
+    """The owner reference marked controller=true, as KubeRay sets on its pods."""
+    refs = metadata(obj).get("ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return ref
+    return None
+
+
+def ref_group(ref: Obj) -> str:
+    api_version = ref.get("apiVersion")
+    if not isinstance(api_version, str) or "/" not in api_version:
+        return ""
+    return api_version.split("/", 1)[0]
+
+
+def display_name(obj: Obj) -> str:
+    """Name for logs and messages; `generateName` pods have none at admission."""
+    meta = metadata(obj)
+    name = meta.get("name")
+    if isinstance(name, str) and name:
+        return name
+    generate = meta.get("generateName")
+    return f"{generate}<generated>" if isinstance(generate, str) and generate else "<unnamed>"
