@@ -204,8 +204,11 @@ class CertReloader:
             cert_file, key_file = os.path.join(scratch, "c"), os.path.join(scratch, "k")
             write_atomic(Path(cert_file), cert_pem, 0o600)
             write_atomic(Path(key_file), key_pem, 0o600)
+            # A failed load_cert_chain can leave a context holding the new
+            # certificate but no usable key (every handshake then fails), so
+            # the live context only ever sees a pair that loaded elsewhere.
             probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            probe.load_cert_chain(cert_file, key_file)  # raises on a mismatched pair
+            probe.load_cert_chain(cert_file, key_file)
             self._ctx.load_cert_chain(cert_file, key_file)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -162,7 +162,7 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
 
     if p.is_deleting(pod) or p.is_terminal(pod):
         if current is not None:
-            reason, message = _end_of_pod(pod)
+            reason, message = end_of_pod(pod)
             actions += _finish(current, reason, message)
         return actions
 
@@ -319,7 +319,7 @@ def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
     return [FinishWorkload(_name(wl), reason, message)]
 
 
-def _end_of_pod(pod: Obj) -> tuple[str, str]:
+def end_of_pod(pod: Obj) -> tuple[str, str]:
     phase = p.phase(pod)
     detail = p.status_message(pod)
     if phase == "Succeeded":

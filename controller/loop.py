@@ -29,7 +29,6 @@ a conflict, a missing WorkloadPriorityClass, an eviction.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -46,6 +45,7 @@ from controller.config import ControllerConfig
 from controller.workqueue import WorkQueue
 from kube import resources as r
 from kube.cache import DELETED, WatchCache
+from kube.events import WARNING
 from kube.rest import ApiError, Rest
 from webhooks import contract as c
 from webhooks.objects import Obj, labels, metadata
@@ -119,6 +119,17 @@ def parse_time(value: object) -> float | None:
         return None
 
 
+def _index(index: dict[Key, set[str]], key: Key, name: str, present: bool) -> None:
+    if present:
+        index.setdefault(key, set()).add(name)
+        return
+    names = index.get(key)
+    if names is not None:
+        names.discard(name)
+        if not names:
+            del index[key]
+
+
 class _Retry(Exception):
     """A write failed in a way a later attempt (on fresher state) may fix."""
 
@@ -138,7 +149,8 @@ class Controller:
                                                max_delay=self.config.retry_max_seconds)
         self._lock = threading.Lock()
         self._wl_by_owner: dict[Key, set[str]] = {}
-        self._cluster_pods: dict[Key, set[str]] = {}
+        self._cluster_pods: dict[Key, set[str]] = {}  # (ns, cluster) -> pod names
+        self._cluster_heads: dict[Key, set[str]] = {}  # (ns, cluster) -> head pod names
         self._admitted_seen: dict[str, float] = {}  # Workload uid -> when we saw Admitted
         self._departed: dict[Key, Obj] = {}  # last state of pods gone from the cache
         self._written: dict[tuple[str, str, str], tuple[str | None, Obj]] = {}
@@ -168,25 +180,19 @@ class Controller:
         while version is None and not stop.is_set():
             try:
                 version = discover_version(self.rest)
+                if version is None:
+                    log.warning("kueue.x-k8s.io Workloads are not served; is Kueue installed? "
+                                "retrying in 10s")
             except ApiError as exc:
-                log.warning("discovering Kueue's API: %s", exc)
+                log.warning("discovering Kueue's API: %s; retrying in 10s", exc)
             if version is None:
-                log.warning("kueue.x-k8s.io Workloads are not served; is Kueue installed? "
-                            "retrying in 10s")
                 stop.wait(10)
         if version is None:
             return
-        self.version = version
-        log.info("controller starting: Workloads at %s, head_first=%s, %d workers",
-                 w.api_version(version), self.config.head_first, self.config.workers)
-        self._start_caches()
         workers: list[threading.Thread] = []
         try:
-            if not self._wait_synced(stop):
+            if not self.start(version, stop):
                 return
-            self._synced.set()
-            self._install_gauges()
-            self._enqueue_all()
             for i in range(self.config.workers):
                 thread = threading.Thread(target=self._work, args=(stop,),
                                           name=f"reconcile-{i}", daemon=True)
@@ -199,10 +205,30 @@ class Controller:
             self.queue.shutdown()
             for thread in workers:
                 thread.join(timeout=10)
-            for cache in self._caches:
-                cache.stop()
+            self.stop_caches()
             self._uninstall_gauges()
             log.info("controller stopped")
+
+    def start(self, version: str, stop: threading.Event) -> bool:
+        """Start the caches and wait for them; False if `stop` came first.
+
+        `run` calls this, then starts the workers; tests call it and then
+        `process` keys themselves.
+        """
+        self.version = version
+        log.info("controller starting: Workloads at %s, head_first=%s, %d workers",
+                 w.api_version(version), self.config.head_first, self.config.workers)
+        self._start_caches()
+        if not self._wait_synced(stop):
+            return False
+        self._synced.set()
+        self._install_gauges()
+        self._enqueue_all()
+        return True
+
+    def stop_caches(self) -> None:
+        for cache in self._caches:
+            cache.stop()
 
     # --- caches and events -----------------------------------------------------------
 
@@ -244,13 +270,9 @@ class Controller:
         with self._lock:
             self._drop_written("pod", key, pod)
             if cluster:
-                members = self._cluster_pods.setdefault((key[0], cluster), set())
-                if event == DELETED:
-                    members.discard(key[1])
-                    if not members:
-                        self._cluster_pods.pop((key[0], cluster), None)
-                else:
-                    members.add(key[1])
+                _index(self._cluster_pods, (key[0], cluster), key[1], event != DELETED)
+                _index(self._cluster_heads, (key[0], cluster), key[1],
+                       event != DELETED and p.role(pod) == c.ROLE_HEAD)
             if event == DELETED:
                 self._departed[key] = pod
             else:
@@ -269,16 +291,13 @@ class Controller:
         uid = str(metadata(wl).get("uid") or "")
         with self._lock:
             self._drop_written("workload", (ns, name), wl)
-            names = self._wl_by_owner.setdefault(key, set())
+            _index(self._wl_by_owner, key, name, event != DELETED)
             if event == DELETED:
-                names.discard(name)
-                if not names:
-                    self._wl_by_owner.pop(key, None)
                 self._admitted_seen.pop(uid, None)
-            else:
-                names.add(name)
-                if w.is_admitted(wl) and uid not in self._admitted_seen:
-                    self._admitted_seen[uid] = self._clock()
+            elif self.synced and w.is_admitted(wl) and uid not in self._admitted_seen:
+                # Only transitions seen live: for Workloads in the initial list
+                # the condition's own time is the better (if coarser) answer.
+                self._admitted_seen[uid] = self._clock()
         self.queue.add(key)
         cluster = labels(wl).get(c.CLUSTER_LABEL)
         if cluster and labels(wl).get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD:
@@ -364,9 +383,9 @@ class Controller:
         if not cluster:
             return False
         with self._lock:
-            members = list(self._cluster_pods.get((ns, cluster), ()))
+            names = list(self._cluster_heads.get((ns, cluster), ()))
         heads: list[tuple[Obj, Obj | None]] = []
-        for name in members:
+        for name in names:
             other = self._pod((ns, name))
             if other is None or p.role(other) != c.ROLE_HEAD:
                 continue
@@ -395,21 +414,27 @@ class Controller:
     def _work(self, stop: threading.Event) -> None:
         while not stop.is_set():
             key = self.queue.get(timeout=0.5)
-            if key is None:
-                continue
-            try:
-                self.reconcile(key)
-            except _Retry as exc:
-                delay = self.queue.retry(key)
-                log.info("%s/%s: %s; retrying in %.2fs", key[0], key[1], exc, delay)
-            except Exception:
-                m.RECONCILE_ERRORS.inc()
-                delay = self.queue.retry(key)
-                log.exception("%s/%s: reconcile failed; retrying in %.2fs", key[0], key[1], delay)
-            else:
-                self.queue.forget(key)
-            finally:
-                self.queue.done(key)
+            if key is not None:
+                self.process(key)
+
+    def process(self, key: Key) -> bool:
+        """Reconcile a key taken from the queue; False if it was requeued."""
+        try:
+            self.reconcile(key)
+        except _Retry as exc:
+            delay = self.queue.retry(key)
+            log.info("%s/%s: %s; retrying in %.2fs", key[0], key[1], exc, delay)
+            return False
+        except Exception:
+            m.RECONCILE_ERRORS.inc()
+            delay = self.queue.retry(key)
+            log.exception("%s/%s: reconcile failed; retrying in %.2fs", key[0], key[1], delay)
+            return False
+        else:
+            self.queue.forget(key)
+            return True
+        finally:
+            self.queue.done(key)
 
     def reconcile(self, key: Key) -> list[d.Action]:
         """One pass for one pod key; returns the actions it applied."""
@@ -486,7 +511,7 @@ class Controller:
     # --- applying actions -------------------------------------------------------------
 
     def _apply(self, action: d.Action, key: Key, pod: Obj | None,
-               workloads: Mapping[str, Obj]) -> None:
+               workloads: dict[str, Obj]) -> None:
         if isinstance(action, d.CreateWorkload):
             self._create(action, key)
         elif isinstance(action, d.LiftGate):
@@ -506,14 +531,14 @@ class Controller:
             self._evict(action, key, pod, workloads.get(action.workload))
         elif isinstance(action, d.ReportConflict):
             assert pod is not None
-            self._event_once(pod, d.WARNING, action.kind, action.message)
+            self._event_once(pod, WARNING, action.kind, action.message)
             wl = workloads.get(action.workload) if action.workload else None
             if wl is not None:
-                self._event_once(pod, d.WARNING, action.kind, action.message, regarding=wl)
+                self._event_once(pod, WARNING, action.kind, action.message, regarding=wl)
         elif isinstance(action, d.Warn):
             assert pod is not None
             log.warning("%s/%s: %s", key[0], key[1], action.message)
-            self._event_once(pod, d.WARNING, action.reason, action.message)
+            self._event_once(pod, WARNING, action.reason, action.message)
         elif isinstance(action, d.Wait):
             log.debug("%s/%s: waiting: %s", key[0], key[1], action.reason)
 
@@ -570,7 +595,7 @@ class Controller:
         if isinstance(patched, dict):
             self._remember("pod", key, pod, slim_pod(patched))
 
-    def _set_conditions(self, key: Key, workloads: Mapping[str, Obj], name: str,
+    def _set_conditions(self, key: Key, workloads: dict[str, Obj], name: str,
                         update: w.ConditionUpdate) -> bool:
         wl = workloads.get(name)
         if wl is None:
@@ -587,10 +612,9 @@ class Controller:
             raise _Retry(f"setting {update.type} on Workload {name}: {exc}") from exc
         if isinstance(applied, dict):
             self._remember("workload", (ns, name), wl, slim_workload(applied))
-            workloads_after = dict(workloads)
-            workloads_after[name] = applied
-            if isinstance(workloads, dict):
-                workloads[name] = applied
+            # A later action of this pass on the same Workload (finish after
+            # PodsReady) must carry what this one applied.
+            workloads[name] = applied
         return True
 
     def _evict(self, action: d.EvictPod, key: Key, pod: Obj, wl: Obj | None) -> None:
@@ -612,7 +636,7 @@ class Controller:
         message = f"Kueue evicted Workload {action.workload}: {action.reason}: {action.message}"
         if action.head:
             message += "; the Ray cluster's head is going, KubeRay will recreate it gated"
-        self._event(pod, d.WARNING, "Evicted", message)
+        self._event(pod, WARNING, "Evicted", message)
         try:
             self._write("delete", "pods", lambda: self.rest.delete(
                 r.PODS.path(ns, name), patches.delete_options(pod)))
@@ -660,6 +684,3 @@ class Controller:
             return float(sum(1 for pod in cache.list() if p.role(pod) == role and p.is_gated(pod)))
         return count
 
-
-def contextless_suppress() -> contextlib.AbstractContextManager[None]:
-    return contextlib.suppress(ApiError)

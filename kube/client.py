@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -43,17 +44,26 @@ def load_api_client(kubeconfig: str | None, *, probe_timeout: float = 3.0) -> Ap
         _log_once("no kubernetes configuration: not in a cluster, no kubeconfig found")
         return None
 
-    client = ApiClient(config)
-    try:
-        Rest(client).get("/version", timeout=probe_timeout)
-    except ApiError as exc:
-        if exc.status == 403:
-            # Reachable and authenticated; /version is merely locked down.
-            return client
-        client.close()
-        _log_once(f"kubernetes API at {config.host} ({source}) not usable: {exc}")
+    problem = _probe(config, probe_timeout)
+    if problem:
+        _log_once(f"kubernetes API at {config.host} ({source}) not usable: {problem}")
         return None
-    return client
+    return ApiClient(config)
+
+
+def _probe(config: Configuration, timeout: float) -> str | None:
+    """Why the server is not usable, or None if it answers."""
+    # A throwaway client without urllib3's retries: the timeout is then a
+    # real bound, and an absent server costs one log line, not four.
+    probe_config = copy.deepcopy(config)
+    probe_config.retries = False
+    with ApiClient(probe_config) as probe:
+        try:
+            Rest(probe).get("/version", timeout=timeout)
+        except ApiError as exc:
+            # 403: reachable and authenticated, /version merely locked down.
+            return None if exc.status == 403 else str(exc)
+    return None
 
 
 def _configure(config: Configuration, kubeconfig: str | None) -> str | None:

@@ -18,6 +18,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
     k8s,
     kubeconfig,
     kubectl,
+    new_namespace,
     raykueue_server,
     stack_owner,
     stack_summary,

@@ -100,7 +100,7 @@ def test_api_error_from_status_body_prefers_kubernetes_reason() -> None:
     err = ApiError.from_status(409, "Conflict", body)
     assert err.reason == "AlreadyExists"
     assert err.message == "pods x exists"
-    assert "409 AlreadyExists: pods x exists" == str(err)
+    assert str(err) == "409 AlreadyExists: pods x exists"
 
 
 def test_api_error_from_non_json_body_keeps_text() -> None:

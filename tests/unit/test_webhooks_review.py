@@ -12,13 +12,15 @@ from webhooks.review import BadReview, Verdict, encode, parse, request_uid
 
 
 def test_real_review_parses_to_the_fields_rules_need() -> None:
-    review = parse(orjson.dumps(rv.head_review()))
-    assert review.uid == "e911857d-c318-11e8-bbad-025000000001"
+    doc = rv.head_review()
+    review = parse(orjson.dumps(doc))
+    assert review.uid == doc["request"]["uid"] and len(review.uid) == 36
     assert review.operation == "CREATE"
     assert review.namespace == "team-a"
-    assert review.username == "system:serviceaccount:ray-system:kuberay-operator"
+    assert review.username == doc["request"]["userInfo"]["username"] != ""
     assert review.dry_run is False
-    assert review.object["kind"] == "Pod"
+    assert review.object["metadata"]["generateName"] == "raycluster-gpu-head-"
+    assert review.object["metadata"]["managedFields"][0]["manager"] == "kuberay-operator"
 
 
 def test_unknown_fields_are_ignored() -> None:

@@ -1,0 +1,250 @@
+"""The admission webhooks as the real kube-apiserver calls them.
+
+Each test creates pods through the API server (kubectl or the REST API) and
+reads back what was stored: that is the only proof that a patch is accepted,
+that a denial reaches the user, and that the gate holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import ssl
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests import reviews as rv
+from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
+from tests.waiting import wait_for
+from webhooks import contract as c
+
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def ray_pod(namespace: str, role: str = "worker", **meta: Any) -> dict[str, Any]:
+    """A pod as KubeRay builds it (from the fixture review), minus what the server fills in."""
+    review = rv.head_review() if role == "head" else rv.worker_review()
+    pod = copy.deepcopy(rv.pod_of(review))
+    metadata = pod["metadata"]
+    for key in ("managedFields", "creationTimestamp", "ownerReferences"):
+        metadata.pop(key, None)
+    metadata["namespace"] = namespace
+    metadata["generateName"] = f"rc-{role}-"
+    # The fixture's volume is the token projection the API server adds; let it add its own.
+    spec = pod["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if not v["name"].startswith("kube-api-access")]
+    for container in spec["containers"] + spec.get("initContainers", []):
+        container["volumeMounts"] = [
+            m for m in container.get("volumeMounts", []) if not m["name"].startswith("kube-api")
+        ]
+        container["env"] = [e for e in container["env"] if "secretKeyRef" not in e.get("valueFrom", {})]
+    for key in ("serviceAccount", "priority"):
+        spec.pop(key, None)
+    pod.pop("status", None)
+    for key, value in meta.get("labels", {}).items():
+        metadata["labels"][key] = value
+    metadata.setdefault("annotations", {}).update(meta.get("annotations", {}))
+    if "owner" in meta:
+        metadata["ownerReferences"] = [meta["owner"]]
+    return pod
+
+
+def opted_in_pod(namespace: str, role: str = "worker", queue: str = "team-a") -> dict[str, Any]:
+    return ray_pod(namespace, role, labels={c.QUEUE_LABEL: queue},
+                   annotations={c.STANDALONE_ANNOTATION: "true"})
+
+
+def gates(pod: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+
+def create(kubectl, pod: dict[str, Any], *extra: str):
+    return kubectl("create", "-o", "json", *extra, "-f", "-", input=json.dumps(pod))
+
+
+def wait_webhook_live(kubectl, namespace: str) -> None:
+    """Registration reaches the API server's webhook cache asynchronously."""
+
+    def live() -> bool:
+        result = create(kubectl, opted_in_pod(namespace), "--dry-run=server")
+        return result.returncode == 0 and c.GATE in gates(json.loads(result.stdout))
+
+    wait_for(live, timeout=30, message="raykueue webhook to be called by the API server")
+
+
+def start_server(stack, tmp_path_factory, **options) -> RaykueueServer:
+    """One server per module: re-registering per test races the API server's webhook cache."""
+    workdir = tmp_path_factory.mktemp("raykueue-server")
+    # Admission alone: the controller has tests of its own.
+    return RaykueueServer(stack, workdir, args=["--no-controller"], **options).start()
+
+
+@pytest.fixture(scope="module")
+def server(api_stack, tmp_path_factory) -> Iterator[RaykueueServer]:
+    server = start_server(api_stack, tmp_path_factory)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def ns(new_namespace, server, kubectl) -> str:  # noqa: F811
+    name = new_namespace("adm")
+    if not server.running:
+        server.start()
+    wait_webhook_live(kubectl, name)
+    return name
+
+
+def test_opted_in_pod_is_stored_gated_with_queue_and_priority(ns: str, kubectl) -> None:
+    result = create(kubectl, opted_in_pod(ns, "head"))
+    assert result.returncode == 0, result.stderr
+    pod = json.loads(result.stdout)
+    assert gates(pod) == [c.GATE]
+    labels = pod["metadata"]["labels"]
+    assert labels[c.QUEUE_LABEL] == "team-a"
+    assert labels[c.PRIORITY_CLASS_LABEL] == "ray-head"
+    assert labels[c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
+    assert pod["metadata"]["name"].startswith("rc-head-")
+
+
+def test_pod_without_annotation_is_stored_untouched(ns: str, kubectl) -> None:
+    pod = ray_pod(ns, labels={c.QUEUE_LABEL: "team-a"})
+    stored = json.loads(create(kubectl, pod).stdout)
+    assert gates(stored) == []
+    assert c.PRIORITY_CLASS_LABEL not in stored["metadata"]["labels"]
+
+
+def test_invalid_opt_in_is_denied_with_the_message(ns: str, kubectl) -> None:
+    pod = ray_pod(ns, labels={c.QUEUE_LABEL: "team-a"},
+                  annotations={c.STANDALONE_ANNOTATION: "yes"})
+    result = create(kubectl, pod)
+    assert result.returncode != 0
+    assert "denied the request" in result.stderr
+    assert c.STANDALONE_ANNOTATION in result.stderr and '"true"' in result.stderr
+
+
+def test_missing_queue_is_denied_saying_which_label_to_set(ns: str, kubectl) -> None:
+    pod = ray_pod(ns, annotations={c.STANDALONE_ANNOTATION: "true"})
+    result = create(kubectl, pod)
+    assert result.returncode != 0
+    assert c.QUEUE_LABEL in result.stderr
+
+
+def test_dry_run_gets_the_same_answer_and_stores_nothing(ns: str, kubectl) -> None:
+    pod = opted_in_pod(ns)
+    pod["metadata"].pop("generateName")
+    pod["metadata"]["name"] = "dry"
+    result = create(kubectl, pod, "--dry-run=server")
+    assert result.returncode == 0, result.stderr
+    assert gates(json.loads(result.stdout)) == [c.GATE]
+    assert kubectl("get", "pod", "dry", "-n", ns).returncode != 0
+
+
+def test_queue_and_opt_in_come_from_the_raycluster_cache(ns: str, kubectl, api_stack) -> None:
+    cluster = api_stack.api.call("POST", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters", {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "raycluster-gpu", "labels": {c.QUEUE_LABEL: "from-cluster"},
+                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+            {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}},
+    })
+    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "raycluster-gpu",
+             "uid": cluster["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+    def stored() -> dict[str, Any] | None:
+        result = create(kubectl, ray_pod(ns, owner=owner), "--dry-run=server")
+        return json.loads(result.stdout) if result.returncode == 0 else None
+
+    # The RayCluster reaches raykueue's cache through a watch; until then the
+    # pod is denied (KubeRay would retry), so wait for the cache, not a time.
+    pod = wait_for(stored, timeout=20, message="pod owned by an opted-in RayCluster")
+    assert gates(pod) == [c.GATE]
+    assert pod["metadata"]["labels"][c.QUEUE_LABEL] == "from-cluster"
+
+
+def test_namespace_default_local_queue_is_used(ns: str, kubectl, api_stack) -> None:
+    api_stack.api.call("POST", f"{KUEUE}/namespaces/{ns}/localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "default"}, "spec": {"clusterQueue": "team-a"},
+    })
+    pod = ray_pod(ns, annotations={c.STANDALONE_ANNOTATION: "true"})
+
+    def stored() -> dict[str, Any] | None:
+        result = create(kubectl, pod, "--dry-run=server")
+        return json.loads(result.stdout) if result.returncode == 0 else None
+
+    assert wait_for(stored, timeout=20)["metadata"]["labels"][c.QUEUE_LABEL] == "default"
+
+
+def test_gate_removal_by_a_user_is_denied_and_queue_label_is_frozen(ns: str, kubectl) -> None:
+    pod = json.loads(create(kubectl, opted_in_pod(ns)).stdout)
+    name = pod["metadata"]["name"]
+    result = kubectl("patch", "pod", name, "-n", ns, "--type=json",
+                     "-p", json.dumps([{"op": "remove", "path": "/spec/schedulingGates/0"}]))
+    assert result.returncode != 0
+    assert "lifted by raykueue when Kueue admits" in result.stderr
+    result = kubectl("label", "pod", name, "-n", ns, "--overwrite", f"{c.QUEUE_LABEL}=other")
+    assert result.returncode != 0
+    assert "may not change while the pod waits" in result.stderr
+    # Other labels stay editable.
+    assert kubectl("label", "pod", name, "-n", ns, "team=ml").returncode == 0
+    stored = json.loads(kubectl("get", "pod", name, "-n", ns, "-o", "json").stdout)
+    assert gates(stored) == [c.GATE]
+
+
+def test_api_server_really_calls_raykueue(ns: str, kubectl, server) -> None:
+    server.stop()
+    result = create(kubectl, opted_in_pod(ns))
+    assert result.returncode != 0
+    assert "failed calling webhook" in result.stderr
+    plain = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "plain", "namespace": ns},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    assert create(kubectl, plain).returncode == 0
+
+
+def test_health_endpoints_answer_over_tls(ns: str, server) -> None:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    for path in ("/healthz", "/readyz"):
+        with urllib.request.urlopen(server.url + path, context=context) as response:
+            assert response.status == 200
+            body = json.loads(response.read())
+    assert body["checks"]["caches"]["ok"] is True
+
+
+def test_pod_priority_option_is_accepted_by_the_api_server(ns: str, kubectl, server) -> None:
+    server.extra_env.update({"RAYKUEUE_SET_POD_PRIORITY": "true",
+                             "RAYKUEUE_HEAD_POD_PRIORITY_CLASS": "rk-test-head",
+                             "RAYKUEUE_WORKER_POD_PRIORITY_CLASS": "rk-test-worker"})
+    server.restart()
+    for name, value in (("rk-test-head", 2000), ("rk-test-worker", 200)):
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value}), check=True)
+
+    def stored() -> dict[str, Any] | None:
+        result = create(kubectl, opted_in_pod(ns, "head"))
+        if result.returncode != 0:
+            raise AssertionError(result.stderr)
+        pod = json.loads(result.stdout)
+        # Until the PriorityClass cache has the class, the pod is gated without it.
+        return pod if pod["spec"].get("priorityClassName") == "rk-test-head" else None
+
+    try:
+        pod = wait_for(stored, timeout=20, message="pod with PriorityClass rk-test-head")
+    finally:
+        for key in list(server.extra_env):
+            server.extra_env.pop(key)
+        server.restart()
+    assert pod["spec"]["priority"] == 2000
+    assert gates(pod) == [c.GATE]
+
+
+def test_unique_names_for_generate_name_pods(ns: str, kubectl) -> None:
+    names = {json.loads(create(kubectl, opted_in_pod(ns)).stdout)["metadata"]["name"]
+             for _ in range(3)}
+    assert len(names) == 3
+    assert all(n.startswith("rc-worker-") for n in names)

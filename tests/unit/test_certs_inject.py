@@ -1,0 +1,90 @@
+"""certs.inject: caBundle patches for webhook configurations."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from certs.inject import ca_bundle_ops, inject_ca_bundle
+from kube.rest import ApiError
+
+CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+B64 = base64.b64encode(CA).decode()
+
+
+def config(*bundles: str | None) -> dict[str, Any]:
+    hooks = []
+    for i, bundle in enumerate(bundles):
+        client: dict[str, Any] = {"service": {"name": "s", "namespace": "n"}}
+        if bundle is not None:
+            client["caBundle"] = bundle
+        hooks.append({"name": f"h{i}.example.io", "clientConfig": client})
+    return {"metadata": {"name": "cfg"}, "webhooks": hooks}
+
+
+def test_no_ops_when_every_bundle_matches() -> None:
+    assert ca_bundle_ops(config(B64, B64), CA) == []
+    assert ca_bundle_ops({"webhooks": None}, CA) == []
+
+
+def test_ops_only_for_differing_entries_each_guarded_by_name() -> None:
+    ops = ca_bundle_ops(config(B64, "b2xk", None), CA)
+    assert ops == [
+        {"op": "test", "path": "/webhooks/1/name", "value": "h1.example.io"},
+        {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": B64},
+        {"op": "test", "path": "/webhooks/2/name", "value": "h2.example.io"},
+        {"op": "add", "path": "/webhooks/2/clientConfig/caBundle", "value": B64},
+    ]
+
+
+def test_missing_client_config_is_created() -> None:
+    ops = ca_bundle_ops({"webhooks": [{"name": "h"}]}, CA)
+    assert ops[1] == {"op": "add", "path": "/webhooks/0/clientConfig",
+                      "value": {"caBundle": B64}}
+
+
+class FakeRest:
+    def __init__(self, objects: dict[str, Any], error: ApiError | None = None) -> None:
+        self.objects = objects
+        self.patches: list[tuple[str, list[dict[str, Any]]]] = []
+        self.error = error
+
+    def get(self, path: str, query: Any = None) -> Any:
+        if self.error:
+            raise self.error
+        if path not in self.objects:
+            raise ApiError(404, "NotFound")
+        return self.objects[path]
+
+    def json_patch(self, path: str, ops: list[dict[str, Any]]) -> None:
+        self.patches.append((path, ops))
+
+
+MUT = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/m"
+VAL = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/v"
+
+
+def test_inject_patches_both_configurations() -> None:
+    rest = FakeRest({MUT: config(None, None), VAL: config("b2xk")})
+    assert inject_ca_bundle(rest, CA, "m", "v") == 3  # type: ignore[arg-type]
+    assert [p for p, _ in rest.patches] == [MUT, VAL]
+
+
+def test_inject_is_a_no_op_when_current() -> None:
+    rest = FakeRest({MUT: config(B64), VAL: config(B64)})
+    assert inject_ca_bundle(rest, CA, "m", "v") == 0  # type: ignore[arg-type]
+    assert rest.patches == []
+
+
+def test_inject_skips_missing_and_unnamed_configurations() -> None:
+    rest = FakeRest({VAL: config(None)})
+    assert inject_ca_bundle(rest, CA, "m", "v") == 1  # type: ignore[arg-type]
+    assert inject_ca_bundle(rest, CA, None, "") == 0  # type: ignore[arg-type]
+
+
+def test_inject_propagates_other_errors() -> None:
+    rest = FakeRest({}, error=ApiError(403, "Forbidden"))
+    with pytest.raises(ApiError):
+        inject_ca_bundle(rest, CA, "m", "v")  # type: ignore[arg-type]

@@ -1,0 +1,396 @@
+"""Every rule of `decide`, on objects shaped like the real ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller import decide as d
+from controller import workload as w
+from tests.unit import controller_objects as o
+from webhooks import contract as c
+
+pytestmark = pytest.mark.unit
+
+PRIORITIES = {"ray-head": 1000, "ray-worker": 100}
+
+
+def ctx(**kw) -> d.Context:
+    base = {"flavors": {o.FLAVOR: o.flavor(node_labels={"pool": "a100"},
+                                           tolerations=[{"key": "pool", "operator": "Equal",
+                                                         "value": "a100",
+                                                         "effect": "NoSchedule"}])},
+            "priority_values": PRIORITIES, "head_admitted": True}
+    base.update(kw)
+    return d.Context(**base)
+
+
+def only(actions, kind):
+    found = [a for a in actions if isinstance(a, kind)]
+    assert len(found) == 1, actions
+    return found[0]
+
+
+# --- 1. one Workload per gated pod --------------------------------------------------
+
+
+def test_gated_head_gets_a_workload_with_resolved_priority():
+    head = o.pod(c.ROLE_HEAD)
+    (action,) = d.decide(head, [], ctx(head_admitted=False))
+    assert isinstance(action, d.CreateWorkload)
+    assert action.role == c.ROLE_HEAD
+    assert action.body == w.build_workload(head, w.Priority("ray-head", 1000), w.V1BETA2)
+
+
+def test_v1beta1_server_gets_a_v1beta1_workload():
+    head = o.pod(c.ROLE_HEAD)
+    (action,) = d.decide(head, [], ctx(version=w.V1BETA1))
+    assert action.body["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert action.body["spec"]["priorityClassName"] == "ray-head"
+
+
+def test_existing_workload_is_adopted_not_recreated():
+    pod = o.pod()
+    actions = d.decide(pod, [o.workload(pod, "pending")], ctx())
+    assert not [a for a in actions if isinstance(a, d.CreateWorkload)]
+    assert isinstance(actions[0], d.Wait)
+    assert "insufficient unused quota for nvidia.com/gpu" in actions[0].reason
+
+
+def test_missing_priority_class_waits_and_warns():
+    pod = o.pod(priority="nonexistent")
+    actions = d.decide(pod, [], ctx())
+    warn = only(actions, d.Warn)
+    assert warn.reason == d.WARN_PRIORITY_CLASS
+    assert "nonexistent" in warn.message
+    assert not [a for a in actions if isinstance(a, d.CreateWorkload)]
+
+
+def test_pod_without_priority_label_gets_no_priority():
+    pod = o.pod()
+    del pod["metadata"]["labels"][c.PRIORITY_CLASS_LABEL]
+    action = only(d.decide(pod, [], ctx()), d.CreateWorkload)
+    assert "priority" not in action.body["spec"]
+
+
+def test_pod_without_queue_waits_and_warns():
+    pod = o.pod(queue=None)
+    actions = d.decide(pod, [], ctx())
+    assert only(actions, d.Warn).reason == d.WARN_NO_QUEUE
+    assert not [a for a in actions if isinstance(a, d.CreateWorkload)]
+
+
+def test_ungated_pod_without_workload_is_left_alone():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    assert d.decide(pod, [], ctx()) == []
+
+
+# --- 2. head first ----------------------------------------------------------------------
+
+
+def test_worker_waits_for_its_head():
+    pod = o.pod(c.ROLE_WORKER)
+    (action,) = d.decide(pod, [], ctx(head_admitted=False))
+    assert isinstance(action, d.Wait)
+    assert "raycluster-gpu" in action.reason
+
+
+def test_worker_goes_once_head_is_admitted():
+    pod = o.pod(c.ROLE_WORKER)
+    assert isinstance(d.decide(pod, [], ctx(head_admitted=True))[0], d.CreateWorkload)
+
+
+def test_head_first_off_lets_workers_queue_at_once():
+    pod = o.pod(c.ROLE_WORKER)
+    actions = d.decide(pod, [], ctx(head_first=False, head_admitted=False))
+    assert isinstance(actions[0], d.CreateWorkload)
+
+
+def test_head_admitted_rules():
+    head = o.pod(c.ROLE_HEAD)
+    assert not d.head_admitted([])
+    assert not d.head_admitted([(head, None)])
+    assert not d.head_admitted([(head, o.workload(head, "pending"))])
+    assert not d.head_admitted([(head, o.workload(head, "reserved"))])
+    assert d.head_admitted([(head, o.workload(head, "admitted"))])
+    assert not d.head_admitted([(head, o.workload(head, "evicted"))])
+    running = o.pod(c.ROLE_HEAD, gated=False, phase="Running", ready=True)
+    assert d.head_admitted([(running, None)])
+    going = o.pod(c.ROLE_HEAD, gated=False, phase="Running", deleting=True)
+    assert not d.head_admitted([(going, None)])
+    # A Workload left by a predecessor with the same name does not count.
+    other = o.pod(c.ROLE_HEAD, name=head["metadata"]["name"])
+    assert not d.head_admitted([(head, o.workload(other, "admitted"))])
+
+
+# --- 3. admission lifts the gate -----------------------------------------------------------
+
+
+def test_quota_reserved_is_not_enough():
+    pod = o.pod()
+    actions = d.decide(pod, [o.workload(pod, "reserved")], ctx())
+    assert all(isinstance(a, d.Wait) for a in actions)
+    assert "admission checks" in actions[0].reason or "not all" in actions[0].reason
+
+
+def test_admitted_lifts_gate_with_flavor_placement():
+    pod = o.pod()
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(pod, [wl], ctx())
+    assert action == d.LiftGate(
+        wl["metadata"]["name"], {"pool": "a100"},
+        ({"key": "pool", "operator": "Equal", "value": "a100", "effect": "NoSchedule"},),
+        (o.FLAVOR,))
+
+
+def test_tolerations_the_pod_has_are_not_added_twice():
+    pod = o.pod()
+    flavors = {o.FLAVOR: o.flavor(tolerations=[dict(o.GPU_TAINT_TOLERATION)])}
+    action = only(d.decide(pod, [o.workload(pod, "admitted")], ctx(flavors=flavors)), d.LiftGate)
+    assert action.tolerations == ()
+    assert action.node_selector == {}
+
+
+def test_matching_node_selector_is_not_a_conflict():
+    pod = o.pod(node_selector={"pool": "a100"})
+    action = only(d.decide(pod, [o.workload(pod, "admitted")], ctx()), d.LiftGate)
+    assert action.node_selector == {}
+
+
+def test_conflicting_node_selector_is_reported_and_gate_kept():
+    pod = o.pod(node_selector={"pool": "h100"})
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(pod, [wl], ctx())
+    assert isinstance(action, d.ReportConflict)
+    assert action.kind == d.CONFLICT_NODE_SELECTOR
+    assert action.workload == wl["metadata"]["name"]
+    assert "pool='h100'" in action.message and "'a100'" in action.message
+
+
+def test_unknown_flavor_waits_for_the_cache():
+    pod = o.pod()
+    (action,) = d.decide(pod, [o.workload(pod, "admitted")], ctx(flavors={}))
+    assert isinstance(action, d.Wait)
+    assert o.FLAVOR in action.reason
+
+
+def test_admission_check_updates_join_the_placement():
+    pod = o.pod()
+    wl = o.workload(pod, "admitted")
+    wl["status"]["admissionChecks"] = [{"name": "prov", "state": "Ready", "message": "",
+                                        "podSetUpdates": [{"name": "main",
+                                                           "nodeSelector": {"zone": "z1"}}]}]
+    action = only(d.decide(pod, [wl], ctx()), d.LiftGate)
+    assert action.node_selector == {"pool": "a100", "zone": "z1"}
+
+
+# --- readiness ------------------------------------------------------------------------------
+
+
+def test_ready_pod_sets_pods_ready_started():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(pod, [wl], ctx())
+    assert action == d.SetPodsReady(wl["metadata"]["name"], True, "Started", w.READY_MESSAGE)
+
+
+def test_ready_pod_with_pods_ready_true_needs_nothing():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    assert d.decide(pod, [o.workload(pod, "admitted", pods_ready="True")], ctx()) == []
+
+
+def test_not_ready_after_ready_goes_to_wait_for_recovery_then_recovered():
+    pod = o.pod(gated=False, phase="Running", ready=False)
+    wl = o.workload(pod, "admitted", pods_ready="True")
+    (action,) = d.decide(pod, [wl], ctx())
+    assert action == d.SetPodsReady(wl["metadata"]["name"], False, "WaitForRecovery",
+                                    w.RECOVERY_MESSAGE)
+    ready_again = o.pod(gated=False, phase="Running", ready=True)
+    wl2 = o.workload(ready_again, "admitted", pods_ready="False")
+    (action,) = d.decide(ready_again, [wl2], ctx())
+    assert action.reason == "Recovered" and action.ready
+
+
+def test_not_yet_ready_writes_nothing():
+    pod = o.pod(gated=False, phase="Pending", ready=False)
+    assert d.decide(pod, [o.workload(pod, "admitted")], ctx()) == []
+
+
+# --- 4. scale-down -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("phase", "deleting", "reason"), [
+    ("Running", True, d.FINISHED_POD_DELETED),
+    ("Succeeded", False, d.FINISHED_SUCCEEDED),
+    ("Failed", False, d.FINISHED_FAILED),
+])
+def test_pod_end_finishes_its_workload(phase, deleting, reason):
+    pod = o.pod(gated=False, phase=phase, ready=False, deleting=deleting)
+    wl = o.workload(pod, "admitted", pods_ready="True")
+    (action,) = d.decide(pod, [wl], ctx())
+    assert isinstance(action, d.FinishWorkload)
+    assert action.workload == wl["metadata"]["name"]
+    assert action.reason == reason
+
+
+def test_gated_pod_deleted_before_admission_finishes_too():
+    pod = o.pod(deleting=True)
+    (action,) = d.decide(pod, [o.workload(pod, "pending")], ctx())
+    assert isinstance(action, d.FinishWorkload)
+
+
+def test_deleting_pod_without_workload_gets_none():
+    assert d.decide(o.pod(deleting=True), [], ctx()) == []
+
+
+def test_finished_workload_is_not_finished_again():
+    pod = o.pod(gated=False, phase="Running", deleting=True)
+    assert d.decide(pod, [o.workload(pod, "finished")], ctx()) == []
+
+
+def test_vanished_pod_finishes_its_workload():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(None, [wl], ctx())
+    assert action == d.FinishWorkload(wl["metadata"]["name"], d.FINISHED_OWNER_NOT_FOUND,
+                                      action.message)
+    assert pod["metadata"]["name"] in action.message
+
+
+def test_workload_being_deleted_is_not_finished():
+    pod = o.pod()
+    wl = o.workload(pod, "admitted")
+    wl["metadata"]["deletionTimestamp"] = o.T2
+    assert d.decide(None, [wl], ctx()) == []
+
+
+def test_namesake_predecessors_workload_is_finished_and_new_pod_gets_its_own():
+    old = o.pod(c.ROLE_HEAD, name="raycluster-gpu-head")
+    new = o.pod(c.ROLE_HEAD, name="raycluster-gpu-head")
+    old_wl = o.workload(old, "admitted")
+    actions = d.decide(new, [old_wl], ctx())
+    assert isinstance(actions[0], d.FinishWorkload)
+    assert actions[0].workload == old_wl["metadata"]["name"]
+    assert isinstance(actions[1], d.CreateWorkload)
+    assert actions[1].body["metadata"]["name"] != old_wl["metadata"]["name"]
+
+
+def test_kueue_workload_of_vanished_pod_is_not_ours_to_finish():
+    pod = o.pod()
+    assert d.decide(None, [o.workload(pod, "admitted", ours=False)], ctx()) == []
+
+
+def test_duplicate_workloads_keep_the_deterministic_one():
+    pod = o.pod()
+    right = o.workload(pod, "admitted")
+    extra = o.workload(pod, "pending")
+    extra["metadata"]["name"] = "stray-copy"
+    actions = d.decide(pod, [extra, right], ctx())
+    assert actions[0] == d.FinishWorkload("stray-copy", d.FINISHED_DUPLICATE, actions[0].message)
+    assert isinstance(actions[1], d.LiftGate)
+    assert actions[1].workload == right["metadata"]["name"]
+
+
+def test_workload_being_deleted_blocks_a_new_one_until_gone():
+    pod = o.pod()
+    wl = o.workload(pod, "pending")
+    wl["metadata"]["deletionTimestamp"] = o.T2
+    (action,) = d.decide(pod, [wl], ctx())
+    assert isinstance(action, d.Wait)
+
+
+# --- 5. eviction ------------------------------------------------------------------------------
+
+
+def test_evicted_worker_is_deleted_then_finished():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "evicted", pods_ready="True")
+    evict, finish = d.decide(pod, [wl], ctx())
+    assert evict == d.EvictPod(wl["metadata"]["name"], "Preempted",
+                               w.condition(wl, w.EVICTED)["message"], head=False)
+    assert isinstance(finish, d.FinishWorkload)
+    assert finish.reason == d.FINISHED_EVICTED
+    assert "Preempted" in finish.message
+
+
+def test_evicted_head_is_flagged():
+    head = o.pod(c.ROLE_HEAD, gated=False, phase="Running", ready=True)
+    evict, _ = d.decide(head, [o.workload(head, "evicted")], ctx())
+    assert evict.head
+
+
+def test_evicted_while_still_gated_is_deleted_too():
+    pod = o.pod()
+    evict, finish = d.decide(pod, [o.workload(pod, "evicted")], ctx())
+    assert isinstance(evict, d.EvictPod) and isinstance(finish, d.FinishWorkload)
+
+
+def test_evicted_pod_already_terminating_is_only_finished():
+    pod = o.pod(gated=False, phase="Running", deleting=True)
+    (action,) = d.decide(pod, [o.workload(pod, "evicted")], ctx())
+    assert isinstance(action, d.FinishWorkload)
+    assert action.reason == d.FINISHED_POD_DELETED
+
+
+def test_pods_ready_timeout_eviction_uses_kueues_reason():
+    pod = o.pod(gated=False, phase="Running", ready=False)
+    wl = o.workload(pod, "admitted", extra_conditions=[{
+        "type": "Evicted", "status": "True", "reason": "PodsReadyTimeout",
+        "message": "Exceeded the PodsReady timeout default/x", "lastTransitionTime": o.T2}])
+    evict, _ = d.decide(pod, [wl], ctx())
+    assert evict.reason == "PodsReadyTimeout"
+
+
+# --- 7. overlap with Kueue's own integrations ----------------------------------------------
+
+
+def test_pod_with_kueues_gate_is_left_alone():
+    pod = o.pod()
+    pod["spec"]["schedulingGates"].append({"name": c.KUEUE_POD_GATE})
+    (action,) = d.decide(pod, [], ctx())
+    assert isinstance(action, d.ReportConflict)
+    assert action.kind == d.CONFLICT_KUEUE_POD
+    assert c.KUEUE_POD_GATE in action.message
+
+
+def test_pod_with_kueues_managed_label_is_left_alone_even_when_admitted():
+    pod = o.pod()
+    pod["metadata"]["labels"][c.KUEUE_MANAGED_LABEL] = "true"
+    (action,) = d.decide(pod, [o.workload(pod, "admitted")], ctx())
+    assert isinstance(action, d.ReportConflict)
+
+
+def test_workload_created_by_kueue_for_our_pod_is_a_conflict():
+    pod = o.pod()
+    theirs = o.workload(pod, "pending", ours=False)
+    (action,) = d.decide(pod, [theirs], ctx())
+    assert isinstance(action, d.ReportConflict)
+    assert action.kind == d.CONFLICT_KUEUE_WORKLOAD
+    assert theirs["metadata"]["name"] in action.message
+
+
+# --- oddities ---------------------------------------------------------------------------------
+
+
+def test_finished_workload_with_gated_pod_asks_for_help():
+    pod = o.pod()
+    (action,) = d.decide(pod, [o.workload(pod, "finished")], ctx())
+    assert isinstance(action, d.Warn)
+    assert action.reason == d.WARN_FINISHED_WHILE_GATED
+
+
+def test_ungated_pod_with_pending_workload_is_reported():
+    pod = o.pod(gated=False, phase="Running")
+    (action,) = d.decide(pod, [o.workload(pod, "pending")], ctx())
+    assert isinstance(action, d.Warn)
+    assert action.reason == d.WARN_UNGATED_NOT_ADMITTED
+
+
+def test_decisions_are_idempotent_on_the_state_they_produce():
+    """Deciding again on the state an action leads to asks for nothing more."""
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(pod, [wl], ctx())
+    body = w.status_apply_body(wl, [w.ConditionUpdate(w.PODS_READY, action.ready, action.reason,
+                                                      action.message)], o.T2)
+    wl["status"]["conditions"] += body["status"]["conditions"]
+    assert d.decide(pod, [wl], ctx()) == []
