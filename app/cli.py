@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -79,6 +80,12 @@ def serve(settings: Settings) -> int:
     )
     config.load()
     config.ssl = runtime.ssl_context
+    # Everything imported and built so far lives as long as the process. Freezing
+    # it keeps the cyclic GC from rescanning a few hundred thousand long-lived
+    # objects (FastAPI, pydantic, the kubernetes client) while each review
+    # allocates thousands of short-lived ones: measured as a third of the CPU
+    # per review in bench/admission.py.
+    gc.freeze()
     log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,
              runtime.cert_paths.ca_cert)
     try:
@@ -90,7 +97,6 @@ def serve(settings: Settings) -> int:
 
 def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
     from controller.explain import explain_pod
-
     from kube.client import load_api_client
     from kube.rest import Rest
 

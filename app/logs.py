@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import time
+from typing import Any
 
 import orjson
 
@@ -16,11 +19,17 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 }
 
 
+def _timestamp(created: float, _cache: list[Any] = [-1, ""]) -> str:  # noqa: B006 - a cache
+    second = int(created)
+    if second != _cache[0]:
+        _cache[0], _cache[1] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_cache[1]}.{int((created - second) * 1000):03d}Z"
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "time": _timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -56,3 +65,27 @@ def configure(level: str) -> None:
     # The kubernetes client logs request bodies at DEBUG; keep tokens out of logs.
     logging.getLogger("kubernetes").setLevel(max(logging.INFO, root.level))
     logging.getLogger("urllib3").setLevel(max(logging.INFO, root.level))
+
+
+class DecisionLog:
+    """The one-line-per-admission log, written without the logging machinery.
+
+    Same JSON shape as JsonFormatter's lines and the same logger name and
+    level switch, but about ten times cheaper: with LogRecord creation, handler
+    locks and formatting, `logging` cost a fifth of the CPU of a whole review
+    in bench/admission.py. One os.write per line keeps each line whole
+    (lines are far below PIPE_BUF) and in order with the handler's writes.
+    """
+
+    def __init__(self, name: str = "raykueue.admission", fd: int = 2) -> None:
+        self.logger = logging.getLogger(name)
+        self.fd = fd
+
+    def emit(self, msg: str, fields: dict[str, Any]) -> None:
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        entry = {"time": _timestamp(time.time()), "level": "info", "logger": self.logger.name,
+                 "msg": msg, **fields}
+        # A closed or full stderr must not fail an admission.
+        with contextlib.suppress(OSError):
+            os.write(self.fd, orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE))

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from typing import Any
-
-from certs.store import CertPaths, CertReloader, ensure_certs, make_server_ssl_context
 
 from app.lookup import ClusterView, keep_metadata, keep_value
 from app.metrics import CERT_EXPIRY, CERT_RELOADS
 from app.server import ASGIApp, Readiness, build_app
 from app.settings import Settings
+from certs.inject import inject_ca_bundle
+from certs.secret import ensure_secret_certs, keep_secret_certs
+from certs.store import CertPaths, CertReloader, ensure_certs, make_server_ssl_context
 from kube import resources as r
 from kube.cache import WatchCache
 from kube.client import load_api_client
@@ -64,13 +65,57 @@ class Runtime:
     # --- certificates ----------------------------------------------------------
     def start_certs(self) -> None:
         s = self.settings
+        if s.cert_secret:
+            self._sync_secret_certs()
         self.cert_paths = ensure_certs(s.cert_dir, tuple(s.dns_names), tuple(s.ip_addresses))
         self.ssl_context = make_server_ssl_context(self.cert_paths)
         self.reloader = CertReloader(
             self.ssl_context, self.cert_paths.tls_cert, self.cert_paths.tls_key
         )
         self.reloader.on_reload(_cert_loaded)
+        if s.inject_ca_bundle:
+            self.reloader.on_reload(self._inject_ca_bundle)
+            # Also on a timer: the configurations may be created (or reset by
+            # a re-apply of the manifests) after this process started.
+            thread = threading.Thread(target=self._keep_ca_bundle, name="ca-bundle", daemon=True)
+            thread.start()
+            self.threads.append(thread)
         self.reloader.start()
+
+    def _sync_secret_certs(self) -> None:
+        s = self.settings
+        if self.rest is None:
+            raise RuntimeError(
+                f"RAYKUEUE_CERT_SECRET={s.cert_secret} needs a reachable cluster to read the Secret"
+            )
+        assert s.cert_secret is not None
+        args = (self.rest, s.pod_namespace, s.cert_secret, s.cert_dir, s.dns_names,
+                s.ip_addresses)
+        ensure_secret_certs(*args)
+        # Another replica may rotate the pair; the reloader then sees new files.
+        thread = threading.Thread(target=keep_secret_certs, args=(*args, self.stop),
+                                  name="cert-secret", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _keep_ca_bundle(self) -> None:
+        while not self.stop.wait(self.settings.ca_bundle_interval_seconds):
+            try:
+                self._inject_ca_bundle(None)
+            except Exception as exc:  # the API may be briefly away; next tick retries
+                log.warning("caBundle injection failed: %s", exc)
+
+    def _inject_ca_bundle(self, _expires: datetime | None) -> None:
+        if self.rest is None or self.cert_paths is None:
+            return
+        ca_pem = self.cert_paths.ca_pem()
+        if ca_pem is None:
+            log.warning("no ca.crt next to the serving certificate: caBundle not injected")
+            return
+        changed = inject_ca_bundle(self.rest, ca_pem, c.MUTATING_WEBHOOK_CONFIG,
+                                   c.VALIDATING_WEBHOOK_CONFIG)
+        if changed:
+            log.info("injected the CA into %d webhook(s)", changed)
 
     # --- cluster ---------------------------------------------------------------
     def connect(self) -> ClusterView:
@@ -132,8 +177,8 @@ class Runtime:
 
     # --- assembly --------------------------------------------------------------
     def build(self) -> ASGIApp:
+        view = self.connect()  # first: certificates may come from a Secret
         self.start_certs()
-        view = self.connect()
         self.start_controller()
         readiness = [Readiness("certificates", self._certs_ready)]
         if view.online:

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.logs import DecisionLog
 from app.metrics import ADMISSION_LATENCY, ADMISSION_REQUESTS, BAD_REQUESTS
 from webhooks import contract as c
 from webhooks.admit import Outcome
@@ -97,6 +98,7 @@ class AdmissionEndpoint:
         # Resolved once: a labels() lookup per request costs as much as a decision rule.
         self._latency = ADMISSION_LATENCY.labels(webhook)
         self._counters: dict[tuple[str, str], Any] = {}
+        self._decisions = DecisionLog()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -144,12 +146,10 @@ class AdmissionEndpoint:
         counter.inc()
 
     def _log(self, review: Review, outcome: Outcome, elapsed: float) -> None:
-        if not log.isEnabledFor(logging.INFO):
-            return
         # Names and decisions only: pod specs carry env vars and may hold secrets.
-        log.info(
+        self._decisions.emit(
             "admission decision",
-            extra={"fields": {
+            {
                 "webhook": self.webhook,
                 "uid": review.uid,
                 "namespace": review.namespace,
@@ -163,7 +163,7 @@ class AdmissionEndpoint:
                 "reason": outcome.reason,
                 "dry_run": review.dry_run,
                 "latency_ms": round(elapsed * 1000, 3),
-            }},
+            },
         )
 
 

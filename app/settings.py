@@ -31,6 +31,14 @@ class Settings(BaseSettings):
     # An AdmissionReview holds the object and, on update, the old one; etcd
     # caps an object at 1.5 MiB, so 4 MiB leaves room and stops abuse.
     max_body_bytes: int = 4 * 1024 * 1024
+    # Multi-replica installs share one CA and serving pair through this Secret
+    # (kubernetes.io/tls in pod_namespace); the first replica creates it.
+    cert_secret: str | None = None
+    pod_namespace: str = "raykueue-system"
+    # Write our CA into the two webhook configurations' caBundle (in-cluster
+    # installs; tests register their own webhooks with the CA they generated).
+    inject_ca_bundle: bool = False
+    ca_bundle_interval_seconds: float = 60.0
     log_level: str = "INFO"
 
     # --- cluster ---------------------------------------------------------------

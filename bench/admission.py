@@ -82,16 +82,28 @@ def wait_ready(port: int, ca: Path, body: bytes, timeout: float = 30.0) -> dict:
             time.sleep(0.2)
 
 
-def run_wrk(port: int, script: Path, paths: list[Path], connections: int, seconds: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process: unlike wall-clock throughput, it does
+    not move when another tenant of the machine steals the server's core."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(pid: int, port: int, script: Path, paths: list[Path], connections: int,
+            seconds: int) -> dict:
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
            f"https://127.0.0.1:{port}", "--", *map(str, paths)]
     if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1:
         cmd = ["taskset", "-c", "1", *cmd]
+    cpu_before = cpu_seconds(pid)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    cpu = cpu_seconds(pid) - cpu_before
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError(f"wrk saw errors:\n{out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    return {"rps": rps, "p50": _latency(out, "50%"), "p99": _latency(out, "99%")}
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    return {"rps": rps, "p50": _latency(out, "50%"), "p99": _latency(out, "99%"),
+            "cpu_us": cpu / total * 1e6}
 
 
 def _latency(out: str, label: str) -> float:
@@ -137,22 +149,27 @@ def main() -> int:
               f"{args.rounds} rounds each, servers on core 0, wrk on core 1")
         results: dict[str, list[dict]] = {"raykueue": [], "ceiling": []}
         for round_no in range(args.rounds):
-            for name, port in (("ceiling", ceiling_port), ("raykueue", real_port)):
-                result = run_wrk(port, script, paths, args.connections, args.seconds)
+            for name, server, port in (("ceiling", servers[1], ceiling_port),
+                                       ("raykueue", servers[0], real_port)):
+                result = run_wrk(server.pid, port, script, paths, args.connections, args.seconds)
                 results[name].append(result)
                 print(f"  round {round_no + 1} {name:8s} {result['rps']:9.0f} reviews/s  "
-                      f"p50 {result['p50']:6.2f} ms  p99 {result['p99']:6.2f} ms")
-        summary = {
-            name: {k: statistics.median(r[k] for r in runs) for k in ("rps", "p50", "p99")}
-            for name, runs in results.items()
-        }
+                      f"p50 {result['p50']:6.2f} ms  p99 {result['p99']:6.2f} ms  "
+                      f"{result['cpu_us']:6.1f} us CPU/review")
+        keys = ("rps", "p50", "p99", "cpu_us")
+        summary = {name: {k: statistics.median(r[k] for r in runs) for k in keys}
+                   for name, runs in results.items()}
         for name, s in summary.items():
             print(f"median {name:8s} {s['rps']:9.0f} reviews/s  p50 {s['p50']:6.2f} ms  "
-                  f"p99 {s['p99']:6.2f} ms")
-        ratios = [r["rps"] / cl["rps"] for r, cl in zip(results["raykueue"], results["ceiling"],
-                                                         strict=True)]
+                  f"p99 {s['p99']:6.2f} ms  {s['cpu_us']:6.1f} us CPU/review")
+        pairs = list(zip(results["raykueue"], results["ceiling"], strict=True))
+        ratios = [r["rps"] / cl["rps"] for r, cl in pairs]
+        cpu_ratios = [cl["cpu_us"] / r["cpu_us"] for r, cl in pairs]
         print(f"raykueue / ceiling throughput: {statistics.median(ratios):.1%} "
               f"(per round: {', '.join(f'{x:.1%}' for x in ratios)})")
+        print(f"raykueue / ceiling by CPU per review (noise-resistant): "
+              f"{statistics.median(cpu_ratios):.1%} "
+              f"(per round: {', '.join(f'{x:.1%}' for x in cpu_ratios)})")
     finally:
         for server in servers:
             server.terminate()

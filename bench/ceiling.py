@@ -10,10 +10,10 @@ so the ratio between the two is what raykueue's own serving code costs.
 from __future__ import annotations
 
 import argparse
-import ssl
 
 import uvicorn
 
+from certs.store import ensure_certs, make_server_ssl_context
 from webhooks.admit import admit_create
 from webhooks.classify import Context, Policy
 from webhooks.review import encode, parse
@@ -23,7 +23,7 @@ POLICY = Policy()
 HEADERS = [(b"content-type", b"application/json")]
 
 
-async def app(scope, receive, send) -> None:  # noqa: ANN001 - bare ASGI on purpose
+async def app(scope, receive, send) -> None:
     chunks = []
     while True:
         message = await receive()
@@ -41,14 +41,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert-dir", required=True)
     args = parser.parse_args()
-    crt, key = f"{args.cert_dir}/tls.crt", f"{args.cert_dir}/tls.key"
-    config = uvicorn.Config(app, host="127.0.0.1", port=args.port, ssl_certfile=crt,
-                            ssl_keyfile=key, lifespan="off", log_config=None, access_log=False)
+    paths = ensure_certs(args.cert_dir)
+    config = uvicorn.Config(app, host="127.0.0.1", port=args.port,
+                            ssl_certfile=str(paths.tls_cert), ssl_keyfile=str(paths.tls_key),
+                            lifespan="off", log_config=None, access_log=False)
     config.load()
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(crt, key)
-    config.ssl = context
+    config.ssl = make_server_ssl_context(paths)  # the real server's TLS settings
     uvicorn.Server(config).run()
 
 

@@ -8,10 +8,12 @@ winner's) and serve the same pair.
 
 The Secret is `kubernetes.io/tls` with `tls.crt`, `tls.key` and `ca.crt`, plus
 `ca.key` so that any replica can later reissue the serving certificate from the
-same CA. Rotation keeps the CA (the caBundle does not change); only a CA that
-is itself about to expire is replaced, and then `ca.crt` carries the new CA
-followed by the old one until the old one expires, so both the old and the new
-serving certificates stay trusted while replicas catch up.
+same CA. Rotation keeps the CA (the caBundle does not change) and, when it
+happens because a SAN is missing, also the SANs already served, so replicas
+with different SAN lists (a rolling change) converge instead of taking turns.
+Only a CA that is itself about to expire is replaced, and then `ca.crt`
+carries the new CA followed by the old one until the old one expires, so both
+the old and the new serving certificates stay trusted while replicas catch up.
 
 Writes are conditional on the resourceVersion that was read: two replicas
 rotating at once cannot both win, and the loser adopts the winner's result.
@@ -61,6 +63,7 @@ TLS_SECRET_TYPE = "kubernetes.io/tls"
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 
 RENEW_WITHIN = timedelta(days=30)
+_LACKS_SANS = "serving certificate lacks SAN(s) "
 CA_DAYS = 3650
 SERVING_DAYS = 365
 MAX_ATTEMPTS = 5
@@ -115,7 +118,7 @@ def needs_rotation(cert_pem: bytes, dns_names: Iterable[str], now: datetime, *,
         return f"serving certificate expires {_iso(expires)} (within {renew_within.days} days)"
     missing = _missing_sans(cert, dns_names, ip_addresses)
     if missing:
-        return "serving certificate lacks SAN(s) " + ", ".join(missing)
+        return _LACKS_SANS + ", ".join(missing)
     if ca_pem is not None:
         try:
             ca = x509.load_pem_x509_certificate(ca_pem)
@@ -265,8 +268,26 @@ def _plan(stored: dict[str, bytes], dns: list[str], ips: list[str], now: datetim
         assert ca_crt and tls_crt and tls_key
         return Material(ca_crt, tls_crt, tls_key, ca_key), None, None
     assert ca_crt
+    if tls_crt and reason.startswith(_LACKS_SANS):
+        # Keep the names already served: during a rolling change of the SAN
+        # list, old and new replicas would otherwise take turns rotating.
+        dns, ips = _union_sans(tls_crt, dns, ips)
     ca = x509.load_pem_x509_certificates(ca_crt)[0]
     return None, _serve_from(ca_crt, ca, key_from_pem(ca_key), dns, ips, serving_days), reason
+
+
+def _union_sans(cert_pem: bytes, dns: list[str], ips: list[str]) -> tuple[list[str], list[str]]:
+    try:
+        san = x509.load_pem_x509_certificate(cert_pem).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return dns, ips
+    have_dns = list(san.get_values_for_type(x509.DNSName))
+    have_ips = [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
+    lower = {d.lower() for d in dns}
+    wanted_ips = {ipaddress.ip_address(ip) for ip in ips}
+    return (dns + [d for d in have_dns if d.lower() not in lower],
+            ips + [ip for ip in have_ips if ipaddress.ip_address(ip) not in wanted_ips])
 
 
 def _pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:

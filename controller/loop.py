@@ -53,6 +53,10 @@ from webhooks.objects import Obj, labels, metadata
 log = logging.getLogger("raykueue.controller")
 
 Key = tuple[str, str]  # (namespace, pod name)
+# The pod name under which Workloads of ours that lost their owner reference
+# (a pod deleted with propagationPolicy=Orphan) are reconciled: nothing else
+# would ever finish them, and they would hold quota for good.
+ORPHANS = ""
 
 
 class Recorder(Protocol):
@@ -283,11 +287,11 @@ class Controller:
 
     def _on_workload(self, event: str, wl: Obj) -> None:
         owner = w.owner_pod(wl)
-        if owner is None:
+        if owner is None and not w.is_ours(wl):
             return
         ns = str(metadata(wl).get("namespace") or "")
         name = str(metadata(wl).get("name") or "")
-        key = (ns, owner[0])
+        key = (ns, owner[0] if owner is not None else ORPHANS)
         uid = str(metadata(wl).get("uid") or "")
         with self._lock:
             self._drop_written("workload", (ns, name), wl)
@@ -323,9 +327,10 @@ class Controller:
         for pod in self.pods.list():
             self.queue.add(p.key(pod))
         for wl in self.workloads.list():
-            owner = w.owner_pod(wl)
-            if owner is not None and w.is_ours(wl):
-                self.queue.add((str(metadata(wl).get("namespace") or ""), owner[0]))
+            if w.is_ours(wl):
+                owner = w.owner_pod(wl)
+                self.queue.add((str(metadata(wl).get("namespace") or ""),
+                                owner[0] if owner is not None else ORPHANS))
 
     # --- reads through what we just wrote ---------------------------------------------
 
@@ -369,11 +374,25 @@ class Controller:
             names |= {k[2] for k in self._written if k[0] == "workload" and k[1] == ns}
         if pod is not None:
             names.add(w.workload_name(pod))
+        live_uids: set[str] = set()
+        if pod_name == ORPHANS and self.pods is not None:
+            live_uids = {p.uid(x) for x in self.pods.list(ns)}
         found: list[Obj] = []
         for name in sorted(names):
             wl = self._workload(ns, name)
-            owner = w.owner_pod(wl) if wl is not None else None
-            if wl is not None and owner is not None and owner[0] == pod_name:
+            if wl is None:
+                continue
+            owner = w.owner_pod(wl)
+            if owner is not None:
+                if owner[0] == pod_name:
+                    found.append(wl)
+            elif not w.is_ours(wl):
+                continue
+            elif pod is not None:
+                # Its owner reference was removed by hand: our label still says whose it is.
+                if w.pod_uid_of(wl) == p.uid(pod):
+                    found.append(wl)
+            elif pod_name == ORPHANS and w.pod_uid_of(wl) not in live_uids:
                 found.append(wl)
         return found
 
@@ -478,7 +497,8 @@ class Controller:
                     reason, message = d.end_of_pod(departed)
                     out.append(d.FinishWorkload(action.workload, reason, message))
                     continue
-                if departed is None and uid and self._pod_still_exists(key, uid):
+                if (departed is None and uid and key[1] != ORPHANS
+                        and self._pod_still_exists(key, uid)):
                     log.warning("%s/%s: pod exists but is no longer labelled %s=%s; leaving "
                                 "its Workload %s alone", key[0], key[1], c.MANAGED_BY_LABEL,
                                 c.MANAGED_BY_VALUE, action.workload)

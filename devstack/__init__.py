@@ -11,7 +11,7 @@ state.json and logs/.
 """
 
 from .config import Nodes, Samples, StackConfig, default_bin_dir, default_stack_dir
-from .stack import Stack, StackError, down, free_ports, stop_component, up
+from .stack import Stack, StackError, down, free_ports, release, stop_component, up
 from .webhooks import register_webhooks, unregister_webhooks, webhook_configurations
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "down",
     "free_ports",
     "register_webhooks",
+    "release",
     "stop_component",
     "unregister_webhooks",
     "up",

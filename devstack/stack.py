@@ -14,6 +14,7 @@ import concurrent.futures as cf
 import contextlib
 import copy
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -133,8 +134,11 @@ def _insecure() -> ssl.SSLContext:
     return ctx
 
 
-def _port_open(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+def _tls_port_open(port: int) -> bool:
+    """A full TLS handshake (a bare connect makes Go servers log handshake errors)."""
+    with contextlib.suppress(OSError, ssl.SSLError), \
+            socket.create_connection(("127.0.0.1", port), timeout=1) as raw, \
+            _insecure().wrap_socket(raw, server_hostname="localhost"):
         return True
     return False
 
@@ -173,6 +177,11 @@ class Stack:
         self.ports: dict[str, int] = {}
         self.etcd_data: str | None = None
         self.started_at: float = time.time()
+        self.crds_digest: str | None = None
+        self.crd_names: list[str] = []
+        # "manual" (scripts/cluster up: stays up) or "session" (a test session started
+        # it: the last session using it stops it)
+        self.owner: str = "manual"
         self._popen: dict[str, subprocess.Popen] = {}
 
     # ---- paths ------------------------------------------------------------
@@ -227,6 +236,9 @@ class Stack:
             "etcd_data": self.etcd_data,
             "ports": self.ports,
             "started_at": self.started_at,
+            "owner": self.owner,
+            "crds_digest": self.crds_digest,
+            "crd_names": self.crd_names,
             "components": {n: p.__dict__ for n, p in self.procs.items()},
         }
         tmp = self.state_file.with_suffix(".tmp")
@@ -247,6 +259,9 @@ class Stack:
         stack.ports = {k: int(v) for k, v in state.get("ports", {}).items()}
         stack.etcd_data = state.get("etcd_data")
         stack.started_at = state.get("started_at", 0.0)
+        stack.owner = state.get("owner", "manual")
+        stack.crds_digest = state.get("crds_digest")
+        stack.crd_names = state.get("crd_names") or []
         stack.procs = {n: Proc(**p) for n, p in state.get("components", {}).items()}
         if state.get("bin_dir"):
             stack.config.bin_dir = Path(state["bin_dir"])
@@ -280,6 +295,8 @@ class Stack:
             }
         return {
             "tier": self.tier,
+            "owner": self.owner,
+            "users": _live_users(self.dir),
             "stack_dir": str(self.dir),
             "kubeconfig": str(self.kubeconfig),
             "server": self.server if "kube-apiserver" in self.ports else None,
@@ -452,6 +469,16 @@ class Stack:
             f"--service-cluster-ip-range={self.config.service_cluster_ip_range}",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
+            # It taints every new Node not-ready until node-lifecycle-controller clears it;
+            # that controller would also evict pods when kwok's heartbeat is late.
+            "--disable-admission-plugins=TaintNodesByCondition",
+            # Only so that the other components find a requestheader CA (quiet logs);
+            # no front-proxy client certificate is ever issued.
+            f"--requestheader-client-ca-file={self.ca_file}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
@@ -579,7 +606,7 @@ class Stack:
         ok, body = _http_ok(f"http://127.0.0.1:{ports['health']}/readyz")
         if not ok:
             return ok, f"readyz: {body}"
-        if not _port_open(ports["webhook"]):
+        if not _tls_port_open(ports["webhook"]):
             return False, "webhook port not listening"
         cq = self.api.get_or_none(
             f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{self.config.samples.cluster_queue}")
@@ -604,18 +631,32 @@ class Stack:
         return _http_ok(f"http://127.0.0.1:{self.procs['ray-operator'].ports['probe']}/readyz")
 
     # ---- objects ------------------------------------------------------------
-    def install_crds(self) -> list[str]:
-        names = []
+    def crd_files(self) -> list[Path]:
+        files = []
         for sub in ("kueue", "kuberay"):
-            files = sorted((self.config.crd_dir / sub).glob("*.yaml"))
-            if not files:
+            found = sorted((self.config.crd_dir / sub).glob("*.yaml"))
+            if not found:
                 raise StackError(f"no CRDs under {self.config.crd_dir / sub}; run controlplane/build.sh")
-            for f in files:
-                for doc in yaml.safe_load_all(f.read_text()):
-                    if not doc:
-                        continue
-                    self.api.apply(object_path(doc), doc)
-                    names.append(doc["metadata"]["name"])
+            files += found
+        return files
+
+    def install_crds(self) -> list[str]:
+        """Server-side apply every CRD; skipped when the same files went in already."""
+        files = self.crd_files()
+        digest = hashlib.sha256()
+        for f in files:
+            digest.update(f.read_bytes())
+        if self.crds_digest == digest.hexdigest() and self.crd_names:
+            return self.crd_names
+        names = []
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        for f in files:
+            for doc in yaml.load_all(f.read_bytes(), Loader=loader):
+                if not doc:
+                    continue
+                self.api.apply(object_path(doc), doc)
+                names.append(doc["metadata"]["name"])
+        self.crds_digest, self.crd_names = digest.hexdigest(), names
         return names
 
     def wait_crds_established(self, names: list[str]) -> None:
@@ -704,11 +745,15 @@ def _log(msg: str) -> None:
     print(f"devstack: {msg}", file=sys.stderr, flush=True)
 
 
-def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = False) -> tuple[Stack, bool]:
+def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = False,
+       user_pid: int | None = None) -> tuple[Stack, bool]:
     """Start the stack at `tier`, or reuse/upgrade one that is running.
 
     Returns (stack, started) where `started` is True when this call started etcd
-    and the API server (so the caller owns the stack and should tear it down).
+    and the API server. With `user_pid` (a test session), the pid is recorded as a
+    user of the stack and a stack it starts is marked "session": `release()` by
+    the last live user stops it. Without it (scripts/cluster up) the stack is
+    marked "manual" and only `down` stops it.
     Raises StackError naming every component that failed, with its log's tail.
     """
     if tier not in TIERS:
@@ -719,11 +764,7 @@ def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = Fa
         t0 = time.monotonic()
         stack = Stack.load(config)
         started = False
-        if stack is not None and not (
-            stack.procs.get("etcd") and stack.procs["etcd"].alive()
-            and stack.procs.get("kube-apiserver") and stack.procs["kube-apiserver"].alive()
-            and stack.apiserver_ready()
-        ):
+        if stack is not None and not _healthy(stack):
             log("found a stale stack; cleaning it up")
             _down(stack, keep_logs=True)
             stack = None
@@ -735,7 +776,13 @@ def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = Fa
             started = True
         else:
             log(f"reusing the {stack.tier} stack at {stack.dir}")
-            # a reused stack keeps its bin dir
+        if user_pid is None:
+            stack.owner = "manual"
+        else:
+            if started:
+                stack.owner = "session"
+            _users_dir(stack.dir).mkdir(parents=True, exist_ok=True)
+            (_users_dir(stack.dir) / str(user_pid)).touch()
         try:
             _bring_up(stack, tier, log)
         except BaseException:
@@ -756,8 +803,10 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
         if proc is not None:
             log(f"{name} is dead; restarting it (old log kept in {proc.log})")
             stack.procs.pop(name)
+        t = time.monotonic()
         start()
         stack.wait_ready(name, check)
+        log(f"{name} ready ({time.monotonic() - t:.1f}s)")
 
     # etcd and the API server: nothing works without them, so fail at once.
     ensure("etcd", stack._start_etcd, stack._check_etcd)
@@ -769,11 +818,14 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
     if cm is None or not cm.alive():
         stack.procs.pop("kube-controller-manager", None)
         stack._start_controller_manager()
+    t = time.monotonic()
     crds = stack.install_crds()
     stack.wait_crds_established(crds)
     stack.apply_objects(stack.base_objects())
+    log(f"{len(crds)} CRDs established, sample objects applied ({time.monotonic() - t:.1f}s)")
     try:
         stack.wait_ready("kube-controller-manager", stack._check_controller_manager)
+        log("kube-controller-manager ready")
     except StackError as e:
         failures["kube-controller-manager"] = str(e)
 
@@ -786,6 +838,7 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
             "ray-operator": (stack._start_ray_operator, stack._check_ray_operator),
         }
         waiting = {}
+        t = time.monotonic()
         for name, (start, check) in plan.items():
             proc = stack.procs.get(name)
             if proc is not None and proc.alive():
@@ -804,6 +857,7 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
                 name = futures[fut]
                 try:
                     fut.result()
+                    log(f"{name} ready ({time.monotonic() - t:.1f}s)")
                 except StackError as e:
                     failures[name] = str(e)
                 except KubeError as e:
@@ -821,6 +875,53 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
         )
 
 
+def _healthy(stack: Stack, patience: float = 30.0) -> bool:
+    """etcd and the API server run and answer /readyz (a busy one gets `patience` s)."""
+    core = [stack.procs.get("etcd"), stack.procs.get("kube-apiserver")]
+    deadline = time.monotonic() + patience
+    while all(p is not None and p.alive() for p in core):
+        if stack.apiserver_ready():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return False
+
+
+def _users_dir(stack_dir: Path) -> Path:
+    return stack_dir / "users"
+
+
+def _live_users(stack_dir: Path) -> list[int]:
+    users = []
+    d = _users_dir(stack_dir)
+    for f in d.glob("*") if d.exists() else []:
+        try:
+            pid = int(f.name)
+        except ValueError:
+            continue
+        if pid_alive(pid):
+            users.append(pid)
+        else:
+            f.unlink(missing_ok=True)
+    return users
+
+
+def release(config: StackConfig | None = None, user_pid: int | None = None,
+            *, keep_logs: bool = True) -> bool:
+    """A test session is done with the stack. Stops it (returns True) when the stack
+    was started by a session and no other live session uses it."""
+    config = config or StackConfig()
+    user_pid = user_pid or os.getpid()
+    with _locked(config.stack_dir):
+        (_users_dir(config.stack_dir) / str(user_pid)).unlink(missing_ok=True)
+        stack = Stack.load(config)
+        if stack is None or stack.owner != "session" or _live_users(config.stack_dir):
+            return False
+        _down(stack, keep_logs=keep_logs)
+        return True
+
+
 def _down(stack: Stack, keep_logs: bool = True) -> None:
     for name in STOP_ORDER:
         stack.stop(name)
@@ -832,6 +933,7 @@ def _down(stack: Stack, keep_logs: bool = True) -> None:
         stack.state_file.unlink()
     with contextlib.suppress(FileNotFoundError):
         stack.kubeconfig.unlink()
+    shutil.rmtree(_users_dir(stack.dir), ignore_errors=True)
     if not keep_logs:
         shutil.rmtree(stack.log_dir, ignore_errors=True)
 

@@ -78,10 +78,6 @@ class Backoff:
         self._attempt = 0
 
 
-class _Gone(Exception):
-    """The resourceVersion we hold is no longer served: relist."""
-
-
 class WatchCache:
     """List+watch one resource into memory; see the module docstring.
 
@@ -116,8 +112,10 @@ class WatchCache:
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> WatchCache:
+        """Start the watch thread; after `stop()` this resumes where it left off."""
         with self._lock:
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
                 self._thread = threading.Thread(
                     target=self._run, name=f"watch-{self.resource.plural}", daemon=True)
                 self._thread.start()
@@ -134,7 +132,11 @@ class WatchCache:
 
     @property
     def synced(self) -> bool:
-        """True once the first list has landed (it stays true while re-watching)."""
+        """True once the first list is stored and handed to the handlers.
+
+        It stays true through re-watches and relists; `last_sync_error` says
+        whether the cache is currently failing to keep up.
+        """
         return self._synced.is_set()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
@@ -169,30 +171,31 @@ class WatchCache:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 if not self._rv:
                     self._relist()
-                started = time.monotonic()
                 self._watch()
-                if time.monotonic() - started < 1.0 and not self._stop.is_set():
-                    # A server that keeps closing watches at once must not
-                    # turn this thread into a busy loop.
-                    self._stop.wait(self._backoff.next())
-            except _Gone:
-                log.info("%s: resourceVersion %s expired; relisting",
-                         self.resource.plural, self._rv)
-                self._rv = ""
             except Exception as exc:
                 if self._stop.is_set():
                     break
-                if isinstance(exc, ApiError) and exc.is_gone:
-                    self._rv = ""
+                if not (isinstance(exc, ApiError) and exc.is_gone):
+                    self._failed(exc)
                     continue
-                self.last_sync_error = f"{type(exc).__name__}: {exc}"
-                delay = self._backoff.next()
-                log.warning("%s: %s; retrying in %.1fs",
-                            self.resource.plural, self.last_sync_error, delay)
-                self._stop.wait(delay)
+                log.info("%s: resourceVersion %s expired; relisting",
+                         self.resource.plural, self._rv)
+                self._rv = ""
+            if time.monotonic() - started < 1.0 and not self._stop.is_set():
+                # A server that keeps ending watches at once, or keeps
+                # answering 410, must not turn this thread into a busy loop.
+                self._stop.wait(self._backoff.next())
+
+    def _failed(self, exc: Exception) -> None:
+        self.last_sync_error = f"{type(exc).__name__}: {exc}"
+        delay = self._backoff.next()
+        log.warning("%s: %s; retrying in %.1fs", self.resource.plural, self.last_sync_error,
+                    delay)
+        self._stop.wait(delay)
 
     def _base_query(self) -> dict[str, str | int | bool]:
         query: dict[str, str | int | bool] = {}
@@ -213,9 +216,11 @@ class WatchCache:
             self._rv = rv
         self.last_sync_error = None
         self._backoff.reset()
-        self._synced.set()
         for event_type, obj in diff(old, fresh):
             self._notify(event_type, obj)
+        # Synced only after the handlers saw the first list, so that a waiter
+        # on wait_synced() can rely on their view being complete too.
+        self._synced.set()
 
     def _list_all(self) -> tuple[list[Obj], str]:
         path = self.resource.path(self.namespace)
@@ -269,10 +274,7 @@ class WatchCache:
             event_type = event.get("type")
             obj = event.get("object") or {}
             if event_type == "ERROR":
-                err = ApiError.from_status_object(obj)
-                if err.is_gone:
-                    raise _Gone()
-                raise err
+                raise ApiError.from_status_object(obj)
             if event_type == "BOOKMARK":
                 self._rv = resource_version(obj) or self._rv
                 continue

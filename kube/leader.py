@@ -104,9 +104,8 @@ class LeaderElector:
         self.retry_seconds = retry_seconds
         self._clock = clock
         self._path = LEASES.path(namespace, name)
-        # A round is a read and a write. Bounding both keeps the moment we
-        # notice a failed renewal (deadline + one round) before the moment
-        # others may take over (lease_seconds).
+        # A round is a read and a write; bounding each keeps a round that
+        # _hold gave up on from lingering, and a candidate's rounds short.
         self._timeout = max(0.5, (self.lease_seconds - renew_seconds) / 2)
         self._leading = False
 
@@ -124,7 +123,11 @@ class LeaderElector:
         successor never overlaps with it.
         """
         while not stop.is_set():
-            if not self.try_acquire_or_renew():
+            started = time.monotonic()
+            acquired = self.try_acquire_or_renew()
+            if not acquired or time.monotonic() - started >= self.renew_seconds:
+                # A round that took longer than the renew deadline proves
+                # nothing about now; the next one (a quick renew) decides.
                 # Jitter spreads candidates that started together.
                 stop.wait(self.retry_seconds * (1.0 + 0.2 * random.random()))
                 continue
@@ -134,7 +137,7 @@ class LeaderElector:
             self._leading = True
             log.info("lease %s/%s: %s became leader", self.namespace, self.name, self.identity)
             worker.start()
-            self._hold(stop)
+            self._hold(stop, started)
             self._leading = False
             lost.set()
             if not stop.is_set():
@@ -144,7 +147,7 @@ class LeaderElector:
             if stop.is_set():
                 self.release()
 
-    def _hold(self, stop: threading.Event) -> None:
+    def _hold(self, stop: threading.Event, last_ok: float) -> None:
         """Renew until stop, or until no renewal has succeeded for renew_seconds.
 
         Leadership counts from the start of the last successful round (the
@@ -152,7 +155,6 @@ class LeaderElector:
         the deadline is abandoned rather than awaited: request timeouts alone
         do not bound it, since the HTTP layer may retry.
         """
-        last_ok = time.monotonic()
         while True:
             remaining = last_ok + self.renew_seconds - time.monotonic()
             if remaining <= 0 or stop.wait(min(self.retry_seconds, remaining)):

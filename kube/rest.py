@@ -151,7 +151,10 @@ class Rest:
 
     def request(self, method: str, path: str, body: Any = None, query: Query = None,
                 content_type: str | None = None, *, timeout: Timeout = None) -> Any:
-        """One call; returns the parsed JSON body (None when empty)."""
+        """One call; returns the parsed JSON body (None when empty).
+
+        A non-JSON answer (`/healthz`, `/metrics`) comes back as text.
+        """
         resp = self._send(method, path, body, query, content_type, timeout)
         try:
             data = resp.read()
@@ -163,6 +166,8 @@ class Rest:
             raise ApiError.from_status(resp.status, resp.reason or "", data)
         if not data:
             return None
+        if "json" not in (resp.headers.get("Content-Type") or "application/json"):
+            return data.decode("utf-8", "replace")
         return orjson.loads(data)
 
     # -- streaming -------------------------------------------------------------

@@ -6,8 +6,9 @@
     k8s              kubernetes.client.ApiClient for the admin kubeconfig
     raykueue_server  `raykueue serve` on a free port, webhooks registered, stopped after
 
-A stack that this session started is stopped at its end (unless --keep-stack);
-one that was already running is left alone. Logs stay in <stack dir>/logs.
+A stack that a test session started is stopped when the last session using it
+ends (unless --keep-stack); one started by `scripts/cluster up` is left alone.
+Logs stay in <stack dir>/logs.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class StackOwner:
         self.started = False
         self.failed: str | None = None
         self.tiers: set[str] = set()
+        self.stopped = False
 
     def ensure(self, tier: str) -> devstack.Stack:
         if self.failed:
@@ -54,7 +56,7 @@ class StackOwner:
             return self.stack
         t0 = time.monotonic()
         try:
-            stack, started = devstack.up(tier, self.config)
+            stack, started = devstack.up(tier, self.config, user_pid=os.getpid())
         except devstack.StackError as e:
             self.failed = str(e)
             pytest.fail(f"could not start the {tier} stack (logs in "
@@ -69,8 +71,9 @@ class StackOwner:
         return stack
 
     def finish(self) -> None:
-        if self.stack is not None and self.started and not self.keep:
-            devstack.down(self.config, keep_logs=True)
+        """Stop the stack if a session started it and no other live session uses it."""
+        if self.stack is not None and not self.keep:
+            self.stopped = devstack.release(self.config, os.getpid(), keep_logs=True)
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +96,7 @@ def stack_summary(config: pytest.Config) -> str | None:
     owner = config.stash.get(_OWNER_KEY, None)
     if owner is None or (owner.stack is None and not owner.failed):
         return None
-    state = "left running" if (not owner.started or owner.keep) else "stopped"
+    state = "stopped" if owner.stopped else "left running"
     return (f"devstack: stack {state}; component logs in {owner.config.stack_dir / 'logs'}"
             f" (kubeconfig {owner.config.stack_dir / 'kubeconfig'})")
 
@@ -154,6 +157,10 @@ def _raykueue_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
+class ServerExited(AssertionError):
+    """raykueue serve exited while we waited for it."""
+
+
 class RaykueueServer:
     """`raykueue serve` as a subprocess. `start()`, `stop()`, `restart()`, `logs()`."""
 
@@ -201,7 +208,8 @@ class RaykueueServer:
         log.close()
         try:
             wait_for(self._ready, timeout=self.ready_timeout, interval=0.2,
-                     message=lambda: f"raykueue /readyz on {self.url}; log:\n{self.logs()}")
+                     message=lambda: f"raykueue /readyz on {self.url}; log:\n{self.logs()}",
+                     fatal=(ServerExited,))
         except BaseException:
             self.stop()
             raise
@@ -212,7 +220,7 @@ class RaykueueServer:
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(
+            raise ServerExited(
                 f"raykueue serve exited with {self.proc.returncode}:\n{self.logs()}")
         if not self.ca_file.exists():
             return False

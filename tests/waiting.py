@@ -18,12 +18,15 @@ def wait_for(
     timeout: float = 30.0,
     interval: float = 0.2,
     message: str | Callable[[], str] = "condition",
+    *,
+    fatal: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Call `fn` until it returns something truthy; return that value.
 
     Exceptions raised by `fn` count as "not yet" and the last one is reported on
     timeout, as is the last falsy value. `message` may be a callable so that the
     timeout text can describe the current state (e.g. dump an object).
+    Exceptions of a type in `fatal` propagate at once (e.g. "the process died").
     """
     deadline = time.monotonic() + timeout
     last: object = None
@@ -35,6 +38,8 @@ def wait_for(
             if value:
                 return value
             last, last_exc = value, None
+        except fatal:
+            raise
         except Exception as e:
             last_exc = e
         if time.monotonic() >= deadline:

@@ -113,3 +113,40 @@ def test_state_file_lets_another_process_find_the_stack(api_stack):
     assert st["apiserver_ready"] is True
     assert st["components"]["kube-apiserver"]["state"] == "running"
     assert st["kubeconfig"] == str(api_stack.kubeconfig)
+
+
+def test_raykueue_server_fixture_registers_webhooks(raykueue_server, api_stack):
+    import base64
+    import ssl
+    import urllib.request
+
+    from webhooks.contract import (
+        MUTATE_PATH,
+        MUTATING_WEBHOOK_CONFIG,
+        NODE_TYPE_LABEL,
+        VALIDATE_PATH,
+        VALIDATING_WEBHOOK_CONFIG,
+    )
+
+    reg = "/apis/admissionregistration.k8s.io/v1"
+    mwc = api_stack.api.get(f"{reg}/mutatingwebhookconfigurations/{MUTATING_WEBHOOK_CONFIG}")
+    vwc = api_stack.api.get(f"{reg}/validatingwebhookconfigurations/{VALIDATING_WEBHOOK_CONFIG}")
+    (m,), (v,) = mwc["webhooks"], vwc["webhooks"]
+    assert m["clientConfig"]["url"] == raykueue_server.url + MUTATE_PATH
+    assert v["clientConfig"]["url"] == raykueue_server.url + VALIDATE_PATH
+    assert base64.b64decode(m["clientConfig"]["caBundle"]) == raykueue_server.ca_pem
+    assert m["rules"][0]["operations"] == ["CREATE"] and v["rules"][0]["operations"] == ["UPDATE"]
+    assert m["rules"][0]["resources"] == ["pods"] == v["rules"][0]["resources"]
+    assert m["failurePolicy"] == "Fail" and m["sideEffects"] == "None"
+    assert m["reinvocationPolicy"] == "IfNeeded" and m["timeoutSeconds"] == 5
+    assert m["admissionReviewVersions"] == ["v1"]
+    expr = {"key": NODE_TYPE_LABEL, "operator": "Exists"}
+    assert m["objectSelector"]["matchExpressions"] == [expr] == v["objectSelector"]["matchExpressions"]
+
+    # a test may stop and start the server again; it comes back on the same port
+    raykueue_server.stop()
+    assert not raykueue_server.running
+    raykueue_server.start()
+    ctx = ssl.create_default_context(cafile=str(raykueue_server.ca_file))
+    with urllib.request.urlopen(raykueue_server.url + "/healthz", context=ctx, timeout=5) as r:
+        assert r.status == 200

@@ -95,10 +95,8 @@ class World:
 
     def _route(self, path: str) -> tuple[str, str, str, str | None]:
         parts = path.strip("/").split("/")
-        if parts[0] == "api":
-            parts = parts[2:]
-        else:
-            parts = parts[3:]
+        # /api/v1/... for the core group, /apis/<group>/<version>/... otherwise
+        parts = parts[2:] if parts[0] == "api" else parts[3:]
         ns = ""
         if parts[0] == "namespaces":
             ns, parts = parts[1], parts[2:]
@@ -122,6 +120,14 @@ class World:
                     "preferredVersion": {"version": self.version}}
         self._log("get", path)
         plural, ns, name, _ = self._route(path)
+        if not name:
+            selector = dict(part.split("=", 1) for part in
+                            ((query or {}).get("labelSelector") or "").split(",") if part)
+            items = [copy.deepcopy(o) for (pl, n, _), o in self.objects.items()
+                     if pl == plural and n == ns and all(
+                         (o["metadata"].get("labels") or {}).get(k) == v
+                         for k, v in selector.items())]
+            return {"kind": "List", "items": items, "metadata": {"resourceVersion": "1"}}
         obj = self.objects.get((plural, ns, name))
         if obj is None:
             raise ApiError(404, "NotFound", {"message": "not found"})
@@ -175,14 +181,17 @@ class World:
         want = ((body or {}).get("preconditions") or {}).get("uid")
         if want and want != obj["metadata"]["uid"]:
             raise ApiError(409, "Conflict", {"message": "Precondition failed: UID"})
-        # kwok's pods go at once; owned Workloads go by "garbage collection".
+        # As on kwok's nodes: gone at once. Owned objects stay until the test
+        # calls collect_garbage(), as the real collector also lags.
         del self.objects[(plural, ns, name)]
-        uid = obj["metadata"]["uid"]
-        for key, other in list(self.objects.items()):
-            refs = other["metadata"].get("ownerReferences") or []
-            if any(ref.get("uid") == uid for ref in refs):
-                del self.objects[key]
         return {"kind": "Status", "status": "Success"}
+
+    def collect_garbage(self) -> None:
+        uids = {o["metadata"]["uid"] for o in self.objects.values()}
+        for key, obj in list(self.objects.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if refs and not any(ref.get("uid") in uids for ref in refs):
+                del self.objects[key]
 
     # -- caches --------------------------------------------------------------------
 

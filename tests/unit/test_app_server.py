@@ -27,14 +27,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def make_app(mutate=None, readiness=None):  # noqa: ANN001, ANN201
+def make_app(mutate=None, readiness=None):
     mutate = mutate or partial(mutate_with, ClusterView.offline(), policy_from(Settings()))
     validate = partial(validate_with, frozenset({c.DEFAULT_CONTROLLER_IDENTITY}))
     return build_app(mutate, validate, readiness or [], LIMIT)
 
 
 @pytest.fixture
-def client():  # noqa: ANN201
+def client():
     transport = httpx.ASGITransport(app=make_app())
     return httpx.AsyncClient(transport=transport, base_url="https://raykueue.test")
 
@@ -73,7 +73,7 @@ async def test_bad_bodies_get_400_with_reason_and_server_keeps_serving(
 
 
 async def test_oversize_body_without_content_length_is_refused(client: httpx.AsyncClient) -> None:
-    async def chunks():  # noqa: ANN202 - streamed, so no content-length is sent
+    async def chunks():
         for _ in range(4):
             yield b" " * (LIMIT // 2)
 
@@ -83,7 +83,7 @@ async def test_oversize_body_without_content_length_is_refused(client: httpx.Asy
 
 
 async def test_a_crashing_decision_is_a_denial_not_a_crash() -> None:
-    def boom(review) -> Outcome:  # noqa: ANN001
+    def boom(review) -> Outcome:
         raise RuntimeError("bug")
 
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=make_app(mutate=boom)),

@@ -268,6 +268,15 @@ def test_new_san_triggers_rotation(fake: FakeSecrets, tmp_path: Path) -> None:
     assert sans(fake.stored()["tls.crt"]) == DNS
 
 
+def test_replicas_with_different_sans_converge(fake: FakeSecrets, tmp_path: Path) -> None:
+    ensure(fake, tmp_path / "old", dns=["old.example"], ips=["10.0.0.1"])
+    ensure(fake, tmp_path / "new", dns=["new.example"], ips=["10.0.0.2"])
+    assert sans(fake.stored()["tls.crt"]) == ["new.example", "old.example", "10.0.0.2", "10.0.0.1"]
+    ensure(fake, tmp_path / "old", dns=["old.example"], ips=["10.0.0.1"])
+    ensure(fake, tmp_path / "new", dns=["new.example"], ips=["10.0.0.2"])
+    assert fake.writes() == ["create", "replace"]
+
+
 def test_rotation_keeps_other_metadata_and_drops_managed_fields(
         fake: FakeSecrets, tmp_path: Path) -> None:
     ensure(fake, tmp_path, serving_days=10, labels={"app.kubernetes.io/name": "raykueue"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -260,3 +261,21 @@ def test_reloader_survives_a_failing_hook(pki: Pki,
     bump(pki.paths.tls_key, key_pem)
     bump(pki.paths.tls_cert, cert_pem)
     assert reloader.check()
+
+
+def test_run_polls_on_the_event_loop(pki: Pki, served: tuple[TlsServer, CertReloader]) -> None:
+    _, reloader = served
+    cert_pem, key_pem = pki.issue()
+
+    async def scenario() -> None:
+        task = asyncio.create_task(reloader.run())
+        bump(pki.paths.tls_key, key_pem)
+        bump(pki.paths.tls_cert, cert_pem)
+        for _ in range(100):
+            if reloader.not_after == cert_from_pem(cert_pem).not_valid_after_utc:
+                break
+            await asyncio.sleep(0.02)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert reloader.not_after == cert_from_pem(cert_pem).not_valid_after_utc

@@ -99,6 +99,7 @@ class FakeApi:
         self.watch_calls: list[dict[str, Any]] = []
         self.fail_gets = 0
         self.deaf = False  # changes made while deaf reach no watcher
+        self.oldest = 0  # watches from before this resourceVersion are answered 410
         self.lock = threading.Lock()
 
     # writes
@@ -169,6 +170,8 @@ class FakeApi:
         self.watch_calls.append(dict(query or {}))
         stream = FakeStream()
         self.streams.append(stream)
+        if int((query or {}).get("resourceVersion") or 0) < self.oldest:
+            stream.events.put({"type": "ERROR", "object": {"kind": "Status", "code": 410}})
         return stream
 
 
@@ -315,3 +318,30 @@ def test_stop_ends_thread_promptly(api: FakeApi) -> None:
     assert not api.live()
     thread = cache._thread
     assert thread is not None and not thread.is_alive()
+
+
+def test_restart_resumes_from_last_resource_version(
+        api: FakeApi, started: list[WatchCache]) -> None:
+    cache, _ = make_cache(api, started)
+    assert cache.wait_synced(3)
+    assert wait_for(lambda: bool(api.live()))
+    cache.stop()
+    rv = cache.resource_version
+    cache.start()
+    assert wait_for(lambda: bool(api.live()))
+    assert api.watch_calls[-1]["resourceVersion"] == rv
+    assert len(api.list_calls) == 3  # no relist needed
+
+
+def test_restart_after_expiry_relists_and_reports_what_changed(
+        api: FakeApi, started: list[WatchCache]) -> None:
+    cache, seen = make_cache(api, started)
+    assert cache.wait_synced(3)
+    assert wait_for(lambda: bool(api.live()))
+    cache.stop()
+    seen.clear()
+    api.remove("ns1", "p1")
+    api.oldest = api.rv + 1  # history compacted past what the cache holds
+    cache.start()
+    assert wait_for(lambda: seen == [(DELETED, "p1")])
+    assert cache.get("ns1", "p1") is None

@@ -179,6 +179,18 @@ def test_delete_without_body_and_empty_response(server: Server, rest: Rest) -> N
     assert server.requests[-1].method == "DELETE"
 
 
+def test_non_json_answers_come_back_as_text(server: Server, rest: Rest) -> None:
+    def text(h: Handler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/plain; charset=utf-8")
+        h.send_header("Content-Length", "2")
+        h.end_headers()
+        h.wfile.write(b"ok")
+
+    server.responder = text
+    assert rest.request("GET", "/healthz") == "ok"
+
+
 def test_error_status_raises_api_error(server: Server, rest: Rest) -> None:
     server.responder = lambda h: h.send_json(
         404, {"kind": "Status", "reason": "NotFound", "message": "pods \"p\" not found"})

@@ -1,0 +1,249 @@
+"""`raykueue explain POD`: why a pod is still gated, in words.
+
+`explain` is pure: it renders what the caller read. `explain_pod` does the
+reads (a handful of GETs and one LIST, as the CLI's user) and calls it. The
+verdict line comes from `decide` itself, so the explanation cannot drift from
+what the controller does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from controller import decide as d
+from controller import pods as p
+from controller import workload as w
+from kube import resources as r
+from kube.rest import ApiError, Rest
+from webhooks import contract as c
+from webhooks.objects import Obj, labels, metadata
+
+_KUEUE_CONDITIONS = (w.QUOTA_RESERVED, w.ADMITTED, w.EVICTED, w.PREEMPTED, w.REQUEUED,
+                     w.PODS_READY, w.FINISHED)
+
+
+def queue_position(wl: Obj, peers: Sequence[Obj]) -> tuple[int, int] | None:
+    """(1-based position, pending count) of `wl` among the pending Workloads of
+    its LocalQueue, in Kueue's default order: priority, then creation time.
+
+    An estimate: Kueue's real order is per ClusterQueue (other namespaces'
+    LocalQueues share it), requeued Workloads sort by eviction time, and its
+    visibility API, which would say for sure, is off in this stack.
+    """
+    if not _pending(wl):
+        return None
+    pending = [x for x in peers if _pending(x) and w.queue_name(x) == w.queue_name(wl)]
+    if not any(_name(x) == _name(wl) for x in pending):
+        pending.append(wl)
+    pending.sort(key=lambda x: (-w.priority_value(x), str(metadata(x).get("creationTimestamp")),
+                                _name(x)))
+    index = next(i for i, x in enumerate(pending) if _name(x) == _name(wl))
+    return index + 1, len(pending)
+
+
+def verdict(pod: Obj, workloads: Sequence[Obj], ctx: d.Context) -> str:
+    """One sentence: what stands between this pod and running."""
+    actions = d.decide(pod, workloads, ctx)
+    for action in actions:
+        if isinstance(action, d.ReportConflict | d.Warn):
+            return action.message
+    for action in actions:
+        if isinstance(action, d.Wait):
+            return f"waiting: {action.reason}"
+        if isinstance(action, d.CreateWorkload):
+            return ("no Workload yet: raykueue's controller has not created it; is the "
+                    "controller running (one replica holds the lease)?")
+        if isinstance(action, d.LiftGate):
+            return ("admitted: the controller lifts the gate next (if this persists, is the "
+                    "controller running?)")
+        if isinstance(action, d.EvictPod):
+            return f"evicted by Kueue ({action.reason}): the pod is about to be deleted"
+        if isinstance(action, d.FinishWorkload):
+            return f"finishing its Workload: {action.message}"
+    if p.is_gated(pod):
+        return "gated, nothing pending on raykueue's side"
+    return "not gated: the scheduler places it (or already did)"
+
+
+def explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None = None,
+            local_queue: Obj | None = None, *, others: Sequence[Obj] = (),
+            queue_peers: Sequence[Obj] = (), context: d.Context | None = None) -> str:
+    ns, name = p.key(pod)
+    role = p.role(pod) or "not a Ray head or worker"
+    cluster = p.cluster(pod)
+    lines = [f"Pod {ns}/{name}: {role}" + (f" of Ray cluster {cluster}" if cluster else "")]
+    gated = p.is_gated(pod)
+    lines.append(f"  gate:       {c.GATE} " + ("present" if gated else "lifted (or never set)"))
+    owned = [x for x in [workload, *others] if x is not None]
+    lines.append(f"  verdict:    {verdict(pod, owned, context or d.Context())}")
+
+    if workload is None:
+        lines.append("  Workload:   none")
+        _queue_lines(lines, labels(pod).get(c.QUEUE_LABEL), local_queue, cluster_queue)
+        priority = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+        lines.append(f"  priority:   {priority or 'none'} (label {c.PRIORITY_CLASS_LABEL})")
+        return "\n".join(lines)
+
+    lines.append(f"  Workload:   {_name(workload)} ({workload.get('apiVersion', '?')})"
+                 + ("" if w.is_ours(workload) else "  [not created by raykueue]"))
+    lines.append(f"  state:      {_state(workload)}")
+    _queue_lines(lines, w.queue_name(workload), local_queue, cluster_queue,
+                 w.cluster_queue(workload))
+    lines.append(f"  priority:   {w.priority_class_name(workload) or 'none'} "
+                 f"({w.priority_value(workload)})")
+    flavors = w.assigned_flavors(workload)
+    if flavors:
+        lines.append(f"  flavors:    {', '.join(flavors)}")
+    conds = [x for x in w.conditions(workload) if x.get("type") in _KUEUE_CONDITIONS]
+    if conds:
+        lines.append("  Kueue says:")
+        for cond in conds:
+            reason = f" ({cond['reason']})" if cond.get("reason") else ""
+            message = f": {cond['message']}" if cond.get("message") else ""
+            lines.append(f"    {cond.get('type')}={cond.get('status')}{reason}{message}")
+    position = queue_position(workload, queue_peers)
+    if position is not None:
+        at, total = position
+        lines.append(f"  position:   {_ordinal(at)} of {total} pending in LocalQueue "
+                     f"{w.queue_name(workload)} (estimated from priority and creation time)")
+    elif _pending(workload):
+        lines.append("  position:   unknown")
+    return "\n".join(lines)
+
+
+def explain_pod(rest: Rest, namespace: str, name: str) -> str:
+    """Read what `explain` needs, as the calling user, and render it."""
+    try:
+        pod = rest.get(r.PODS.path(namespace, name))
+    except ApiError as exc:
+        if exc.is_not_found:
+            return f"pod {namespace}/{name} not found"
+        raise
+    version = next((v for v in w.VERSIONS if v in r.served_versions(rest, c.KUEUE_GROUP)), None)
+    if version is None:
+        return explain(pod, None) + "\n  Kueue:      kueue.x-k8s.io is not served; is Kueue installed?"
+    res = r.crd(c.KUEUE_GROUP, version, "workloads")
+    items = _items(rest.get(res.path(namespace)))
+    uid = p.uid(pod)
+    mine = [x for x in items if w.pod_uid_of(x) == uid]
+    ours = [x for x in mine if w.is_ours(x)]
+    workload = next((x for x in ours if _name(x) == w.workload_name(pod)), None) or (
+        ours[0] if ours else None)
+    others = [x for x in mine if x is not workload]
+    if workload is None and others:
+        workload, others = others[0], others[1:]
+
+    queue = w.queue_name(workload) if workload is not None else labels(pod).get(c.QUEUE_LABEL)
+    local_queue = _get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(namespace, queue)
+                       ) if queue else None
+    cq_name = (w.cluster_queue(workload) if workload is not None else None) or (
+        (local_queue or {}).get("spec", {}).get("clusterQueue"))
+    cluster_queue = _get(rest, r.crd(c.KUEUE_GROUP, version, "clusterqueues",
+                                     namespaced=False).path(None, cq_name)) if cq_name else None
+
+    context = _context(rest, version, namespace, pod, workload, items)
+    text = explain(pod, workload, cluster_queue, local_queue, others=others,
+                   queue_peers=items, context=context)
+    return text
+
+
+# --- reads --------------------------------------------------------------------------
+
+
+def _context(rest: Rest, version: str, namespace: str, pod: Obj, workload: Obj | None,
+             items: Sequence[Obj]) -> d.Context:
+    priority_values: dict[str, int] = {}
+    class_name = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+    if class_name:
+        wpc = _get(rest, r.crd(c.KUEUE_GROUP, version, "workloadpriorityclasses",
+                               namespaced=False).path(None, class_name))
+        if wpc is not None and isinstance(wpc.get("value"), int):
+            priority_values[class_name] = wpc["value"]
+    flavors: dict[str, Obj] = {}
+    for flavor in w.assigned_flavors(workload) if workload is not None else []:
+        found = _get(rest, r.crd(c.KUEUE_GROUP, version, "resourceflavors",
+                                 namespaced=False).path(None, flavor))
+        if found is not None:
+            flavors[flavor] = found
+    head_ok = False
+    cluster = p.cluster(pod)
+    if p.role(pod) == c.ROLE_WORKER and cluster:
+        heads = _items(rest.get(r.PODS.path(namespace), {
+            "labelSelector": f"{c.CLUSTER_LABEL}={cluster},{c.NODE_TYPE_LABEL}={c.ROLE_HEAD}"}))
+        pairs = [(h, next((x for x in items if w.pod_uid_of(x) == p.uid(h) and w.is_ours(x)),
+                          None)) for h in heads]
+        head_ok = d.head_admitted(pairs)
+    # head_first as the controller's default; the CLI cannot see the server's setting.
+    return d.Context(version=version, head_admitted=head_ok, flavors=flavors,
+                     priority_values=priority_values)
+
+
+def _get(rest: Rest, path: str) -> Obj | None:
+    try:
+        found = rest.get(path)
+    except ApiError as exc:
+        if exc.is_not_found or exc.status == 403:
+            return None
+        raise
+    return found if isinstance(found, dict) else None
+
+
+def _items(listing: Any) -> list[Obj]:
+    items = listing.get("items") if isinstance(listing, dict) else None
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+
+# --- rendering helpers -------------------------------------------------------------------
+
+
+def _queue_lines(lines: list[str], queue: str | None, local_queue: Obj | None,
+                 cluster_queue: Obj | None, admitted_to: str | None = None) -> None:
+    if not queue:
+        lines.append(f"  queue:      none (label {c.QUEUE_LABEL} missing)")
+        return
+    cq_name = admitted_to or (local_queue or {}).get("spec", {}).get("clusterQueue")
+    if local_queue is None:
+        lines.append(f"  queue:      LocalQueue {queue} (not found)")
+    else:
+        lines.append(f"  queue:      LocalQueue {queue} -> ClusterQueue {cq_name or '?'}"
+                     f"  [{_counts(local_queue)}]")
+    if cluster_queue is not None:
+        lines.append(f"  ClusterQueue {_name(cluster_queue)}: {_counts(cluster_queue)}")
+        for cond in w.conditions(cluster_queue):
+            if cond.get("type") == "Active" and cond.get("status") != "True":
+                lines.append(f"    inactive ({cond.get('reason')}): {cond.get('message')}")
+
+
+def _counts(queue: Mapping[str, Any]) -> str:
+    status = queue.get("status") or {}
+    return (f"{status.get('pendingWorkloads', '?')} pending, "
+            f"{status.get('reservingWorkloads', '?')} reserving, "
+            f"{status.get('admittedWorkloads', '?')} admitted")
+
+
+def _state(wl: Obj) -> str:
+    if w.is_finished(wl):
+        return "Finished"
+    if w.is_evicted(wl):
+        return "Evicted"
+    if w.is_admitted(wl):
+        return f"Admitted to ClusterQueue {w.cluster_queue(wl) or '?'}"
+    if w.is_quota_reserved(wl):
+        return "QuotaReserved, waiting for admission checks"
+    return "Pending"
+
+
+def _pending(wl: Obj) -> bool:
+    active = (wl.get("spec") or {}).get("active", True) is not False
+    return active and not w.is_quota_reserved(wl) and not w.is_finished(wl) and \
+        not w.is_deleting(wl)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _name(obj: Obj) -> str:
+    return str(metadata(obj).get("name") or "")

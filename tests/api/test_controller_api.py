@@ -1,0 +1,508 @@
+"""The controller against a real kube-apiserver.
+
+What the in-memory fake cannot prove: that the server accepts our Workloads
+(CRD schema and CEL rules), our gate-lifting JSON patch on a gated pod, our
+server-side applies on the status subresources without losing Kueue's
+conditions, the uid-conditioned delete, and that the shipped ClusterRole is
+enough for all of it. The controller runs in-process, as raykueue's
+ServiceAccount (impersonated, bound to a copy of manifests/rbac.yaml's
+ClusterRole), restricted to the test's namespace.
+
+Kueue is played by the test, as Kueue's own integration tests do: admission
+is a server-side apply of status.admission + QuotaReserved + Admitted under
+Kueue's field manager. The Workloads name a LocalQueue that does not exist,
+so a Kueue that happens to run on a shared stack leaves them pending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller import workload as w
+from controller.config import ControllerConfig
+from controller.explain import explain_pod
+from controller.loop import Controller
+from kube.events import EventRecorder
+from kube.resources import PODS, crd
+from kube.rest import ApiError, Rest
+from tests import reviews as rv
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from tests.waiting import wait_for
+from webhooks import contract as c
+
+RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
+WORKLOADS = crd(c.KUEUE_GROUP, "v1beta2", "workloads")
+FLAVORS = crd(c.KUEUE_GROUP, "v1beta2", "resourceflavors", namespaced=False)
+WPCS = crd(c.KUEUE_GROUP, "v1beta2", "workloadpriorityclasses", namespaced=False)
+KUEUE_MANAGER = "kueue-admission"  # the field manager Kueue admits with
+HOLD = "test.raykueue.io/hold"  # a pod finalizer so a test can look at a deleted pod
+LOCAL_QUEUE = "ctl-lq"
+
+
+# --- fixtures -------------------------------------------------------------------------
+
+
+class CountingRest(Rest):
+    """Rest that records every write it sends: (method, path)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def request(self, method: str, path: str, body: Any = None, query: Any = None,
+                content_type: str | None = None, **kw: Any) -> Any:
+        if method != "GET":
+            name = ((body or {}).get("metadata") or {}).get("name") if method == "POST" else None
+            with self._lock:
+                # A create's path is the collection: name the object it creates.
+                self.writes.append((method, f"{path}/{name}" if name else path))
+        return super().request(method, path, body, query, content_type, **kw)
+
+    def writes_about(self, *names: str) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(m, p) for m, p in self.writes if any(n in p for n in names)]
+
+
+@pytest.fixture
+def admin(k8s) -> Rest:
+    return Rest(k8s)
+
+
+@pytest.fixture
+def ns(new_namespace) -> str:  # noqa: F811
+    return new_namespace("ctl")
+
+
+@pytest.fixture
+def scope(admin: Rest, ns: str) -> Iterator[dict[str, str]]:
+    """Per-test cluster-scoped objects: a flavor with placement, two priority classes."""
+    names = {"flavor": f"ctl-{ns}", "head": f"ctl-head-{ns}", "worker": f"ctl-worker-{ns}",
+             "pool": ns, "cq": f"ctl-cq-{ns}"}
+    admin.create(FLAVORS.path(), {
+        "apiVersion": FLAVORS.api_version, "kind": "ResourceFlavor",
+        "metadata": {"name": names["flavor"]},
+        "spec": {"nodeLabels": {"raykueue.io/test-pool": ns},
+                 "tolerations": [{"key": "raykueue.io/test-pool", "operator": "Equal",
+                                  "value": ns, "effect": "NoSchedule"}]}})
+    for role, value in (("head", 1000), ("worker", 100)):
+        admin.create(WPCS.path(), {"apiVersion": WPCS.api_version,
+                                   "kind": "WorkloadPriorityClass",
+                                   "metadata": {"name": names[role]}, "value": value})
+    yield names
+    for path in (FLAVORS.path(None, names["flavor"]), WPCS.path(None, names["head"]),
+                 WPCS.path(None, names["worker"])):
+        with contextlib.suppress(ApiError):
+            admin.delete(path)
+
+
+@pytest.fixture
+def as_controller(k8s, admin: Rest, ns: str) -> Iterator[CountingRest]:
+    """A client that is raykueue's ServiceAccount, holding the shipped ClusterRole."""
+    from kubernetes import client
+
+    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    role = copy.deepcopy(next(d for d in docs if d["kind"] == "ClusterRole"))
+    binding = copy.deepcopy(next(d for d in docs if d["kind"] == "ClusterRoleBinding"))
+    role["metadata"]["name"] = binding["metadata"]["name"] = f"raykueue-{ns}"
+    binding["roleRef"]["name"] = role["metadata"]["name"]
+    base = "/apis/rbac.authorization.k8s.io/v1"
+    admin.create(f"{base}/clusterroles", role)
+    admin.create(f"{base}/clusterrolebindings", binding)
+    impersonating = client.ApiClient(k8s.configuration)
+    impersonating.set_default_header("Impersonate-User", c.DEFAULT_CONTROLLER_IDENTITY)
+    try:
+        yield CountingRest(impersonating)
+    finally:
+        impersonating.close()
+        for path in (f"{base}/clusterrolebindings/{binding['metadata']['name']}",
+                     f"{base}/clusterroles/{role['metadata']['name']}"):
+            with contextlib.suppress(ApiError):
+                admin.delete(path)
+
+
+class Running:
+    def __init__(self, rest: Rest, ns: str, **config: Any) -> None:
+        config.setdefault("workers", 2)
+        config.setdefault("resync_seconds", 30.0)
+        self.rest = rest
+        self.controller = Controller(
+            rest, ControllerConfig(namespace=ns, **config),
+            EventRecorder(rest, "raykueue.io/controller"))
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.controller.run, args=(self.stop_event,),
+                                       daemon=True)
+        self.thread.start()
+        wait_for(lambda: self.controller.synced, timeout=30, message="controller caches")
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=15)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def run_controller(as_controller: CountingRest, ns: str) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(**config: Any) -> Running:
+        running = Running(as_controller, ns, **config)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+def ray_pod(ns: str, scope: dict[str, str], role: str, name: str, *,
+            cluster: str = "rc", node_selector: dict[str, str] | None = None,
+            hold: bool = False) -> dict[str, Any]:
+    """A KubeRay pod (from the captured review) as raykueue's webhook stores it."""
+    pod = copy.deepcopy(rv.pod_of(rv.head_review() if role == "head" else rv.worker_review()))
+    meta = pod["metadata"]
+    for key in ("managedFields", "creationTimestamp", "ownerReferences", "generateName"):
+        meta.pop(key, None)
+    meta.update(name=name, namespace=ns)
+    meta["labels"].update({
+        c.CLUSTER_LABEL: cluster, c.NODE_TYPE_LABEL: role, c.QUEUE_LABEL: LOCAL_QUEUE,
+        c.PRIORITY_CLASS_LABEL: scope[role], c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE})
+    if hold:
+        meta["finalizers"] = [HOLD]
+    spec = pod["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if not v["name"].startswith("kube-api-access")]
+    for container in spec["containers"] + spec.get("initContainers", []):
+        container["volumeMounts"] = [m for m in container.get("volumeMounts", [])
+                                     if not m["name"].startswith("kube-api")]
+        container["env"] = [e for e in container.get("env", [])
+                            if "secretKeyRef" not in e.get("valueFrom", {})]
+    for key in ("serviceAccount", "priority"):
+        spec.pop(key, None)
+    spec["schedulingGates"] = [{"name": c.GATE}]
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    pod.pop("status", None)
+    return pod
+
+
+def create_pod(admin: Rest, pod: dict[str, Any]) -> dict[str, Any]:
+    return admin.create(PODS.path(pod["metadata"]["namespace"]), pod)
+
+
+def workload_of(admin: Rest, pod: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return admin.get(WORKLOADS.path(pod["metadata"]["namespace"], w.workload_name(pod)))
+    except ApiError as exc:
+        if exc.is_not_found:
+            return None
+        raise
+
+
+def workloads_in(admin: Rest, ns: str) -> list[dict[str, Any]]:
+    return admin.get(WORKLOADS.path(ns))["items"]
+
+
+def live(admin: Rest, pod: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return admin.get(PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]))
+    except ApiError as exc:
+        if exc.is_not_found:
+            return None
+        raise
+
+
+def gates(pod: dict[str, Any] | None) -> list[str]:
+    return [g["name"] for g in ((pod or {}).get("spec") or {}).get("schedulingGates") or []]
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def kueue_status(admin: Rest, wl: dict[str, Any], scope: dict[str, str],
+                 *extra: dict[str, Any]) -> dict[str, Any]:
+    """What Kueue writes on admission (one status apply), plus `extra` conditions."""
+    meta = wl["metadata"]
+    body = {
+        "apiVersion": WORKLOADS.api_version, "kind": "Workload",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": {
+            "admission": {"clusterQueue": scope["cq"], "podSetAssignments": [{
+                "name": "main", "count": 1,
+                "flavors": {"cpu": scope["flavor"], "memory": scope["flavor"]},
+                "resourceUsage": {"cpu": "1", "memory": "1Gi"}}]},
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                 "message": f"Quota reserved in ClusterQueue {scope['cq']}",
+                 "lastTransitionTime": now(), "observedGeneration": meta.get("generation", 1)},
+                {"type": "Admitted", "status": "True", "reason": "Admitted",
+                 "message": "The workload is admitted", "lastTransitionTime": now(),
+                 "observedGeneration": meta.get("generation", 1)},
+                *extra,
+            ]},
+    }
+    return admin.apply(WORKLOADS.path(meta["namespace"], meta["name"], "status"), body,
+                       KUEUE_MANAGER, force=True)
+
+
+def admit(admin: Rest, pod: dict[str, Any], scope: dict[str, str]) -> dict[str, Any]:
+    wl = wait_for(lambda: workload_of(admin, pod), timeout=30,
+                  message=f"Workload of {pod['metadata']['name']}")
+    return kueue_status(admin, wl, scope)
+
+
+def evict(admin: Rest, pod: dict[str, Any], scope: dict[str, str]) -> dict[str, Any]:
+    wl = workload_of(admin, pod)
+    assert wl is not None
+    message = ("Preempted to accommodate a workload (UID: 11111111-2222-4333-8444-555555555555, "
+               "JobUID: UNKNOWN) due to prioritization in the ClusterQueue")
+    return kueue_status(admin, wl, scope, {
+        "type": "Evicted", "status": "True", "reason": "Preempted", "message": message,
+        "lastTransitionTime": now()}, {
+        "type": "Preempted", "status": "True", "reason": "InClusterQueue", "message": message,
+        "lastTransitionTime": now()})
+
+
+def make_ready(admin: Rest, pod: dict[str, Any]) -> None:
+    """What the kubelet reports once the container runs (no node runs it here)."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    admin.apply(PODS.path(ns, name, "status"), {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+        "status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now()}]}},
+        "test-kubelet", force=True)
+
+
+def release(admin: Rest, pod: dict[str, Any]) -> None:
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    try:
+        admin.json_patch(PODS.path(ns, name), [{"op": "remove", "path": "/metadata/finalizers"}])
+    except ApiError as exc:
+        if not exc.is_not_found:
+            raise
+
+
+def cond(wl: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    return w.condition(wl, type_) if wl is not None else None  # type: ignore[return-value]
+
+
+def stays(check: Callable[[], bool], seconds: float = 1.5) -> bool:
+    """`check` holds for the whole period (a negative test needs some patience)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not check():
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def events_for(admin: Rest, ns: str, name: str) -> list[dict[str, Any]]:
+    items = admin.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items if e.get("regarding", {}).get("name") == name]
+
+
+# --- tests ----------------------------------------------------------------------------
+
+
+def test_lifecycle_head_first_with_four_writes_per_pod(admin, ns, scope, as_controller,
+                                                       run_controller):
+    head = create_pod(admin, ray_pod(ns, scope, "head", "rc-head"))
+    worker = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-a", hold=True))
+    run_controller()
+
+    # 1. The head's Workload, as the server stored it.
+    head_wl = wait_for(lambda: workload_of(admin, head), timeout=30, message="head Workload")
+    assert head_wl["spec"]["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": scope["head"]}
+    assert head_wl["spec"]["priority"] == 1000
+    assert head_wl["spec"]["queueName"] == LOCAL_QUEUE
+    (pod_set,) = head_wl["spec"]["podSets"]
+    assert pod_set["name"] == "main" and pod_set["count"] == 1
+    assert "schedulingGates" not in pod_set["template"]["spec"]
+    assert pod_set["template"]["spec"]["containers"][0]["name"] == "ray-head"
+    (owner,) = head_wl["metadata"]["ownerReferences"]
+    assert owner["uid"] == head["metadata"]["uid"] and owner["blockOwnerDeletion"] is True
+    assert head_wl["metadata"]["labels"][c.POD_UID_LABEL] == head["metadata"]["uid"]
+    assert head_wl["metadata"]["labels"][c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
+
+    # 2. Head first: no worker Workload while the head waits.
+    assert stays(lambda: workload_of(admin, worker) is None)
+
+    # 3. Admitted: one patch lifts the gate and places the pod.
+    admit(admin, head, scope)
+    lifted = wait_for(lambda: (p := live(admin, head)) and not gates(p) and p, timeout=30,
+                      message="head gate lifted")
+    assert lifted["spec"]["nodeSelector"]["raykueue.io/test-pool"] == ns
+    assert {"key": "raykueue.io/test-pool", "operator": "Equal", "value": ns,
+            "effect": "NoSchedule"} in lifted["spec"]["tolerations"]
+    assert c.GATE not in gates(lifted)
+
+    admit(admin, worker, scope)
+    wait_for(lambda: not gates(live(admin, worker)), timeout=30, message="worker gate lifted")
+
+    # 4. Ready -> PodsReady=True, beside Kueue's own conditions.
+    make_ready(admin, worker)
+    ready = wait_for(lambda: (x := workload_of(admin, worker)) and
+                     (cond(x, "PodsReady") or {}).get("status") == "True" and x,
+                     timeout=30, message="PodsReady=True")
+    assert cond(ready, "PodsReady")["reason"] == "Started"
+    assert cond(ready, "Admitted")["status"] == "True"
+    managers = {f["manager"] for f in ready["metadata"]["managedFields"]}
+    assert {"raykueue", KUEUE_MANAGER} <= managers
+
+    # 5. Scale-down: Finished at once, nothing of Kueue's lost.
+    admin.delete(PODS.path(ns, "rc-worker-a"))
+    done = wait_for(lambda: (x := workload_of(admin, worker)) and
+                    (cond(x, "Finished") or {}).get("status") == "True" and x,
+                    timeout=30, message="Finished=True")
+    assert cond(done, "Finished")["reason"] == "PodDeleted"
+    assert cond(done, "PodsReady")["status"] == "True"
+    assert cond(done, "QuotaReserved")["status"] == "True"
+    release(admin, worker)
+    wait_for(lambda: workload_of(admin, worker) is None, timeout=60,
+             message="the garbage collector to delete the worker's Workload")
+
+    writes = as_controller.writes_about("rc-worker-a")
+    assert sorted(m for m, _ in writes) == ["PATCH", "PATCH", "PATCH", "POST"], writes
+    assert len(writes) == 4, writes
+
+
+def test_eviction_condition_event_delete_and_finish(admin, ns, scope, run_controller):
+    pod = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-e", hold=True))
+    run_controller(head_first=False)
+    admit(admin, pod, scope)
+    wait_for(lambda: not gates(live(admin, pod)), timeout=30, message="gate lifted")
+
+    evict(admin, pod, scope)
+    going = wait_for(lambda: (p := live(admin, pod)) and p["metadata"].get("deletionTimestamp")
+                     and p, timeout=30, message="evicted pod deleted")
+    (condition,) = [x for x in going["status"]["conditions"]
+                    if x["type"] == c.EVICTED_CONDITION]
+    assert condition["status"] == "True" and condition["reason"] == "Preempted"
+    assert "Preempted to accommodate a workload" in condition["message"]
+    done = wait_for(lambda: (x := workload_of(admin, pod)) and cond(x, "Finished") and x,
+                    timeout=30, message="Finished after eviction")
+    assert cond(done, "Finished")["reason"] == "Evicted"
+    assert cond(done, "Evicted")["status"] == "True"  # Kueue's condition untouched
+    reasons = {e["reason"] for e in events_for(admin, ns, "rc-worker-e")}
+    assert "Evicted" in reasons
+    release(admin, pod)
+
+
+def test_restart_mid_way_never_duplicates_and_adopts(admin, ns, scope, as_controller,
+                                                     run_controller):
+    pods = [create_pod(admin, ray_pod(ns, scope, "worker", f"rc-w{i}")) for i in range(6)]
+    first = run_controller(head_first=False)
+    wait_for(lambda: workloads_in(admin, ns), timeout=30, message="a first Workload")
+    first.stop()  # somewhere in the middle of creating them
+
+    for pod in pods[:2]:
+        if workload_of(admin, pod) is not None:
+            admit(admin, pod, scope)
+    second = run_controller(head_first=False)
+    wait_for(lambda: len(workloads_in(admin, ns)) == 6, timeout=30, message="6 Workloads")
+    for pod in pods[:2]:
+        admit(admin, pod, scope)
+    for pod in pods[:2]:
+        wait_for(lambda p=pod: not gates(live(admin, p)), timeout=30, message="gate lifted")
+    assert stays(lambda: len(workloads_in(admin, ns)) == 6)
+    owners = sorted(x["metadata"]["ownerReferences"][0]["uid"] for x in workloads_in(admin, ns))
+    assert owners == sorted(p["metadata"]["uid"] for p in pods)  # exactly one each
+    created = [x for x in as_controller.writes if x[0] == "POST" and "/workloads" in x[1]]
+    assert len(created) <= 6 + 1  # at most one refused create, for a create the stop interrupted
+    assert second.controller.synced
+
+
+def test_workload_orphaned_while_down_is_finished_on_start(admin, ns, scope, run_controller):
+    pod = create_pod(admin, ray_pod(ns, scope, "worker", "rc-orphan"))
+    first = run_controller(head_first=False)
+    admit(admin, pod, scope)
+    wait_for(lambda: not gates(live(admin, pod)), timeout=30, message="gate lifted")
+    first.stop()
+    # The pod goes while no controller runs, its Workload left behind ownerless.
+    admin.delete(PODS.path(ns, "rc-orphan"), {"apiVersion": "v1", "kind": "DeleteOptions",
+                                              "propagationPolicy": "Orphan"})
+    wait_for(lambda: not (workload_of(admin, pod) or {}).get("metadata", {})
+             .get("ownerReferences"), timeout=60, message="the Workload to be orphaned")
+    run_controller(head_first=False)
+    done = wait_for(lambda: (x := workload_of(admin, pod)) and cond(x, "Finished") and x,
+                    timeout=30, message="orphan finished")
+    assert cond(done, "Finished")["reason"] == "OwnerNotFound"
+    admin.delete(WORKLOADS.path(ns, w.workload_name(pod)))
+
+
+def test_node_selector_conflict_keeps_the_gate_and_tells(admin, ns, scope, run_controller):
+    pod = create_pod(admin, ray_pod(ns, scope, "head", "rc-head-ns",
+                                    node_selector={"raykueue.io/test-pool": "elsewhere"}))
+    running = run_controller()
+    admit(admin, pod, scope)
+    wl_name = w.workload_name(pod)
+    wait_for(lambda: {"NodeSelectorConflict"} <= {e["reason"] for e in
+                                                   events_for(admin, ns, wl_name)},
+             timeout=30, message="conflict event on the Workload")
+    assert "NodeSelectorConflict" in {e["reason"] for e in events_for(admin, ns, "rc-head-ns")}
+    assert gates(live(admin, pod)) == [c.GATE]
+    assert f"{ns}/rc-head-ns" in running.controller.conflicts()
+
+
+def test_kueue_workload_for_our_pod_is_left_alone(admin, ns, scope, run_controller):
+    pod = create_pod(admin, ray_pod(ns, scope, "head", "rc-head-k"))
+    theirs = w.build_workload(pod, w.Priority(scope["head"], 1000))
+    theirs["metadata"]["name"] = f"pod-rc-head-k-{w.short_hash('kueue')[:5]}"
+    theirs["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": pod["metadata"]["uid"]}
+    admin.create(WORKLOADS.path(ns), theirs)
+    running = run_controller()
+    wait_for(lambda: "KueueWorkload" in {e["reason"] for e in events_for(admin, ns, "rc-head-k")},
+             timeout=30, message="conflict event")
+    assert stays(lambda: workload_of(admin, pod) is None)
+    assert "KueueWorkload" in running.controller.conflicts()[f"{ns}/rc-head-k"]
+
+
+def test_v1beta1_workloads_pass_the_crd_schema(admin, ns, scope):
+    """The v1beta1 shape (for a Kueue that serves only v1beta1) passes that
+    version's schema and CEL rules (priorityClassName needs priority).
+
+    On this Kueue (v0.19) v1beta1 is served without conversion and stored as
+    v1beta2, whose schema prunes `priorityClassName`/`priorityClassSource`:
+    exactly why the controller prefers v1beta2 wherever it is served.
+    """
+    pod = create_pod(admin, ray_pod(ns, scope, "head", "rc-head-b1"))
+    body = w.build_workload(pod, w.Priority(scope["head"], 1000), w.V1BETA1)
+    v1beta1 = crd(c.KUEUE_GROUP, "v1beta1", "workloads")
+    stored = admin.create(v1beta1.path(ns), body)
+    assert stored["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert stored["spec"]["priority"] == 1000
+    assert stored["spec"]["queueName"] == LOCAL_QUEUE
+    broken = copy.deepcopy(body)
+    broken["metadata"]["name"] += "-x"
+    del broken["spec"]["priority"]
+    with pytest.raises(ApiError) as info:
+        admin.create(v1beta1.path(ns), broken)
+    assert info.value.status == 422
+
+
+def test_explain_pod_on_the_real_api(admin, ns, scope, run_controller):
+    head = create_pod(admin, ray_pod(ns, scope, "head", "rc-head-x"))
+    worker = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-x"))
+    run_controller()
+    wait_for(lambda: workload_of(admin, head), timeout=30, message="head Workload")
+    text = explain_pod(admin, ns, "rc-worker-x")
+    assert "head of Ray cluster rc not admitted yet" in text
+    text = explain_pod(admin, ns, "rc-head-x")
+    assert w.workload_name(head) in text
+    assert f"LocalQueue {LOCAL_QUEUE} (not found)" in text
+    assert f"priority:   {scope['head']} (1000)" in text
+    assert explain_pod(admin, ns, "nope") == f"pod {ns}/nope not found"
+    del worker

@@ -1,0 +1,78 @@
+"""The kustomize install validates against the real kube-apiserver and CRDs.
+
+Server-side dry run: the server runs defaulting, schema and CRD validation on
+every object but stores nothing, so the shared stack (which registers webhook
+configurations of the same names by URL) is left untouched. Namespaced
+objects are moved to a fresh namespace, since raykueue-system is not created,
+and raykueue's own cluster-scoped objects get a unique name: an apply merges
+with a live object of the same name (the stack's webhook configurations point
+at a URL, ours at a Service, and both together are invalid).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RENAMED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+           "ValidatingWebhookConfiguration"}
+CLUSTER_SCOPED = {
+    "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration", "WorkloadPriorityClass", "ClusterQueue", "ResourceFlavor",
+}
+
+
+def dry_run(kubectl, path: Path, namespace: str) -> list[dict]:
+    built = kubectl("kustomize", str(path), check=True).stdout
+    docs = [d for d in yaml.safe_load_all(built) if d]
+    for doc in docs:
+        if doc["kind"] not in CLUSTER_SCOPED:
+            doc["metadata"]["namespace"] = namespace
+        elif doc["kind"] in RENAMED:
+            doc["metadata"]["name"] += f"-{namespace}"
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["roleRef"]["name"] += f"-{namespace}"
+    out = kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server",
+                  "--field-manager=manifest-test", "-o", "json", "-f", "-",
+                  input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    return result.get("items", [result])
+
+
+def test_base_is_accepted(kubectl, new_namespace) -> None:
+    ns = new_namespace("manifests")
+    applied = dry_run(kubectl, ROOT / "manifests", ns)
+    kinds = {o["kind"] for o in applied}
+    assert {"Deployment", "Service", "PodDisruptionBudget", "Role", "ClusterRole",
+            "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
+    hook = next(o for o in applied if o["kind"] == "MutatingWebhookConfiguration")["webhooks"][0]
+    assert hook["reinvocationPolicy"] == "IfNeeded" and hook["matchPolicy"] == "Equivalent"
+
+
+@pytest.mark.parametrize("path", ["manifests/samples"])
+def test_samples_are_accepted(kubectl, new_namespace, path: str) -> None:
+    ns = new_namespace("samples")
+    applied = dry_run(kubectl, ROOT / path, ns)
+    kinds = {o["kind"] for o in applied}
+    assert {"WorkloadPriorityClass", "ClusterQueue", "LocalQueue", "ResourceFlavor",
+            "RayCluster"} <= kinds
+
+
+def test_pod_passes_the_restricted_pod_security_standard(kubectl, new_namespace) -> None:
+    ns = new_namespace("psa", labels={"pod-security.kubernetes.io/enforce": "restricted",
+                                      "pod-security.kubernetes.io/enforce-version": "latest"})
+    built = kubectl("kustomize", str(ROOT / "manifests"), check=True).stdout
+    deployment = next(d for d in yaml.safe_load_all(built) if d and d["kind"] == "Deployment")
+    template = deployment["spec"]["template"]
+    spec = dict(template["spec"], serviceAccountName="default")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "raykueue", "namespace": ns, "labels": template["metadata"]["labels"]},
+           "spec": spec}
+    out = kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod))
+    assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stderr, out.stderr

@@ -1,0 +1,523 @@
+"""The loop against an in-memory API server: writes, their order and count."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+
+import pytest
+from prometheus_client import REGISTRY
+
+from controller import decide as d
+from controller import workload as w
+from controller.config import ControllerConfig
+from controller.loop import Controller
+from kube.rest import ApiError
+from tests.unit import controller_objects as o
+from tests.unit.controller_world import World
+from webhooks import contract as c
+
+pytestmark = pytest.mark.unit
+
+NS = "team-a"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def record(self, obj, type, reason, message, action=None) -> None:
+        self.events.append((obj["kind"], obj["metadata"]["name"], reason, message))
+
+
+def seed(world: World) -> None:
+    world.put("resourceflavors", o.flavor(node_labels={"pool": "a100"}))
+    world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))
+    world.put("workloadpriorityclasses", o.priority_class("ray-worker", 100))
+
+
+def controller(world: World, **config) -> tuple[Controller, Recorder]:
+    recorder = Recorder()
+    config.setdefault("retry_base_seconds", 0.0)
+    ctl = Controller(world, ControllerConfig(**config), recorder,  # type: ignore[arg-type]
+                     cache_factory=world.cache_factory)
+    assert ctl.start(world.version, threading.Event())
+    return ctl, recorder
+
+
+def drain(ctl: Controller, world: World, rounds: int = 10) -> None:
+    """Process every queued key, deliver the store to the caches (the watch),
+    and repeat until nothing is left."""
+    for _ in range(rounds):
+        worked = False
+        while (key := ctl.queue.get(timeout=0)) is not None:
+            ctl.process(key)
+            worked = True
+        world.deliver()
+        if not worked and len(ctl.queue) == 0:
+            return
+
+
+def admit(world: World, name: str, *, flavor: str = o.FLAVOR) -> None:
+    """Write what Kueue writes on admission: status.admission, QuotaReserved and
+    Admitted, in one status update."""
+    wl = copy.deepcopy(world.get_obj("workloads", NS, name))
+    assert wl is not None, name
+    pod_uid = wl["metadata"]["labels"][c.POD_UID_LABEL]
+    pod = next(p for p in world.of("pods") if p["metadata"]["uid"] == pod_uid)
+    admitted = o.workload(pod, "admitted", flavor=flavor)
+    wl.setdefault("status", {})["admission"] = admitted["status"]["admission"]
+    wl["status"]["conditions"] = [x for x in wl["status"].get("conditions", [])
+                                  if x["type"] not in (w.QUOTA_RESERVED, w.ADMITTED)]
+    wl["status"]["conditions"] += [x for x in admitted["status"]["conditions"]]
+    world.put("workloads", wl)
+
+
+def evict(world: World, name: str) -> None:
+    wl = copy.deepcopy(world.get_obj("workloads", NS, name))
+    pod = next(p for p in world.of("pods")
+               if p["metadata"]["uid"] == wl["metadata"]["labels"][c.POD_UID_LABEL])
+    wl["status"]["conditions"] += [x for x in o.workload(pod, "evicted")["status"]["conditions"]
+                                   if x["type"] in (w.EVICTED, w.PREEMPTED)]
+    world.put("workloads", wl)
+
+
+def run_pod(world: World, pod: dict, *, ready: bool = True) -> None:
+    """What kube-scheduler and kwok do once the gate is gone."""
+    live = copy.deepcopy(world.get_obj("pods", NS, pod["metadata"]["name"]))
+    assert live is not None
+    assert c.GATE not in [g["name"] for g in live["spec"].get("schedulingGates", [])]
+    live["spec"]["nodeName"] = "kwok-node-1"
+    live["status"] = o.pod(gated=False, phase="Running", ready=ready)["status"]
+    world.put("pods", live)
+
+
+def wl_name(pod: dict) -> str:
+    return w.workload_name(pod)
+
+
+def counter(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+# --- the whole lifecycle ------------------------------------------------------------
+
+
+def test_head_first_lifecycle_and_four_writes_per_pod():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD, name="rc-head"))
+    worker = world.put("pods", o.pod(c.ROLE_WORKER, name="rc-worker-a"))
+    ctl, recorder = controller(world)
+    drain(ctl, world)
+
+    # Only the head queues; the worker waits for it.
+    assert [x["metadata"]["name"] for x in world.of("workloads")] == [wl_name(head)]
+    head_wl = world.get_obj("workloads", NS, wl_name(head))
+    assert head_wl["spec"]["priority"] == 1000
+
+    admit(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world)
+    live_head = world.get_obj("pods", NS, "rc-head")
+    assert live_head["spec"].get("schedulingGates") in (None, [])
+    assert live_head["spec"]["nodeSelector"] == {"pool": "a100"}
+    assert world.get_obj("workloads", NS, wl_name(worker)) is not None
+
+    admit(world, wl_name(worker))
+    world.deliver()
+    drain(ctl, world)
+    run_pod(world, head)
+    run_pod(world, worker)
+    world.deliver()
+    drain(ctl, world)
+    for pod in (head, worker):
+        wl = world.get_obj("workloads", NS, wl_name(pod))
+        assert w.condition(wl, w.PODS_READY)["reason"] == "Started"
+
+    # Scale-down: the autoscaler deletes the worker (kwok removes it at once).
+    world.delete(f"/api/v1/namespaces/{NS}/pods/rc-worker-a")
+    world.calls.pop()
+    world.deliver()
+    drain(ctl, world)
+    finished = world.get_obj("workloads", NS, wl_name(worker))
+    cond = w.condition(finished, w.FINISHED)
+    assert cond["status"] == "True" and cond["reason"] == d.FINISHED_POD_DELETED
+    # PodsReady survives the finish: each apply carries every condition we own.
+    assert w.condition(finished, w.PODS_READY)["status"] == "True"
+
+    worker_writes = [call for call in world.writes()]
+    assert worker_writes.count(("create", "workloads")) == 2
+    assert worker_writes.count(("patch", "pods")) == 2
+    # 2 PodsReady + 1 Finished
+    assert worker_writes.count(("apply", "workloads/status")) == 3
+    assert len(worker_writes) == 7  # 4 for the worker's whole life, 3 so far for the head
+    assert recorder.events == []  # nothing needed a human
+
+
+def test_worker_with_head_first_off_queues_at_once():
+    world = World()
+    seed(world)
+    worker = world.put("pods", o.pod(c.ROLE_WORKER))
+    ctl, _ = controller(world, head_first=False)
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(worker)) is not None
+
+
+def test_worker_queues_when_head_workload_is_admitted_without_a_pod_event():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    worker = world.put("pods", o.pod(c.ROLE_WORKER))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(worker)) is None
+    admit(world, wl_name(head))
+    # Only the head's Workload changes; the worker is enqueued through it.
+    world.deliver()
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(worker)) is not None
+
+
+def test_v1beta1_server():
+    world = World(version="v1beta1")
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    wl = world.get_obj("workloads", NS, wl_name(head))
+    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert wl["spec"]["priorityClassName"] == "ray-head"
+
+
+# --- never two Workloads, never a repeated write ------------------------------------
+
+
+def test_stale_cache_does_not_repeat_a_create_or_a_lift():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    key = (NS, head["metadata"]["name"])
+    ctl.process(ctl.queue.get(timeout=0))
+    # A second pass before the watch delivered the Workload.
+    ctl.queue.add(key)
+    ctl.process(ctl.queue.get(timeout=0))
+    assert world.writes() == [("create", "workloads")]
+
+    world.deliver()
+    admit(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world, rounds=1)
+    ctl.queue.add(key)
+    ctl.process(ctl.queue.get(timeout=0))  # pod cache still shows the gate
+    assert world.writes() == [("create", "workloads"), ("patch", "pods")]
+
+
+def test_create_that_already_exists_is_adopted():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    # A previous leader's create landed, our cache has not seen it yet.
+    world.put("workloads", o.workload(head, "pending", priority=1000))
+    drain(ctl, world)
+    assert world.writes() == [("create", "workloads")]  # the refused attempt only
+    assert len(world.of("workloads")) == 1
+
+
+def test_restart_adopts_and_finishes_what_vanished():
+    world = World()
+    seed(world)
+    running = o.pod(c.ROLE_HEAD, gated=False, phase="Running", ready=True)
+    world.put("pods", running)
+    world.put("workloads", o.workload(running, "admitted", pods_ready="True", priority=1000))
+    waiting = o.pod(c.ROLE_WORKER)
+    world.put("pods", waiting)
+    world.put("workloads", o.workload(waiting, "pending"))
+    gone = o.pod(c.ROLE_WORKER)  # deleted while no controller ran
+    world.put("workloads", o.workload(gone, "admitted", pods_ready="True"))
+
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert ("create", "workloads") not in world.writes()
+    assert world.writes() == [("apply", "workloads/status")]
+    cond = w.condition(world.get_obj("workloads", NS, wl_name(gone)), w.FINISHED)
+    assert cond["reason"] == d.FINISHED_OWNER_NOT_FOUND
+    # The pod was confirmed gone with a GET before its quota was released.
+    assert ("get", "pods") in world.calls
+
+
+def test_pod_that_only_lost_our_label_keeps_its_workload():
+    world = World()
+    seed(world)
+    pod = o.pod(c.ROLE_WORKER, gated=False, phase="Running", ready=True)
+    del pod["metadata"]["labels"][c.MANAGED_BY_LABEL]
+    world.put("pods", pod)
+    world.put("workloads", o.workload(pod, "admitted", pods_ready="True"))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.writes() == []
+
+
+def test_workload_already_collected_is_fine():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
+    world.deliver()
+    world.collect_garbage()  # the collector wins the race
+    drain(ctl, world)
+    assert world.writes()[-1] == ("apply", "workloads/status")
+    assert world.of("workloads") == []
+
+
+# --- gate lifting -----------------------------------------------------------------------
+
+
+def test_lift_refused_by_a_test_op_is_retried_on_fresh_state():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    admit(world, wl_name(head))
+    # Someone added a gate in front of ours; our pod cache has not seen it.
+    live = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
+    live["spec"]["schedulingGates"].insert(0, {"name": "example.com/other"})
+    world.objects[("pods", NS, head["metadata"]["name"])] = live
+    for cache in world.caches:
+        if cache.plural == "workloads":
+            cache.sync()
+    key = ctl.queue.get(timeout=0)
+    assert not ctl.process(key)  # 422 from the test op: requeued
+    world.deliver()
+    drain(ctl, world)
+    gates = world.get_obj("pods", NS, head["metadata"]["name"])["spec"]["schedulingGates"]
+    assert gates == [{"name": "example.com/other"}]
+
+
+def test_gate_lift_metrics():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    before_age = counter("raykueue_gate_age_seconds_count", role="head")
+    before_lat = counter("raykueue_admitted_to_gate_lifted_seconds_count")
+    before_writes = counter("raykueue_api_writes_total", verb="patch", resource="pods")
+    admit(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world)
+    assert counter("raykueue_gate_age_seconds_count", role="head") == before_age + 1
+    assert counter("raykueue_admitted_to_gate_lifted_seconds_count") == before_lat + 1
+    assert counter("raykueue_api_writes_total", verb="patch", resource="pods") == \
+        before_writes + 1
+
+
+def test_gated_gauge_counts_by_role():
+    world = World()
+    seed(world)
+    world.put("pods", o.pod(c.ROLE_HEAD))
+    world.put("pods", o.pod(c.ROLE_WORKER))
+    world.put("pods", o.pod(c.ROLE_WORKER))
+    world.put("pods", o.pod(c.ROLE_WORKER, gated=False, phase="Running"))
+    controller(world)
+    assert counter("raykueue_gated_pods", role="head") == 1
+    assert counter("raykueue_gated_pods", role="worker") == 2
+
+
+def test_node_selector_conflict_is_reported_on_pod_and_workload_once():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD, node_selector={"pool": "h100"}))
+    ctl, recorder = controller(world)
+    drain(ctl, world)
+    admit(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world)
+    ctl.queue.add((NS, head["metadata"]["name"]))
+    drain(ctl, world)
+    assert [(kind, reason) for kind, _, reason, _ in recorder.events] == [
+        ("Pod", d.CONFLICT_NODE_SELECTOR), ("Workload", d.CONFLICT_NODE_SELECTOR)]
+    gates = world.get_obj("pods", NS, head["metadata"]["name"])["spec"]["schedulingGates"]
+    assert gates == [{"name": c.GATE}]
+    assert list(ctl.conflicts()) == [f"{NS}/{head['metadata']['name']}"]
+
+
+# --- eviction --------------------------------------------------------------------------------
+
+
+def test_eviction_condition_event_delete_then_finish(caplog):
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD, gated=False, phase="Running", ready=True))
+    world.put("workloads", o.workload(head, "admitted", pods_ready="True", priority=1000))
+    worker = world.put("pods", o.pod(c.ROLE_WORKER, gated=False, phase="Running", ready=True))
+    world.put("workloads", o.workload(worker, "admitted", pods_ready="True"))
+    ctl, recorder = controller(world)
+    drain(ctl, world)
+    assert world.writes() == []
+
+    evict(world, wl_name(worker))
+    world.deliver()
+    seen: list[tuple[str, str]] = []
+    original = world.apply
+
+    def spy(path, body, field_manager, force=True, **kw):
+        if "/pods/" in path:
+            seen.append((body["status"]["conditions"][0]["type"],
+                         body["status"]["conditions"][0]["reason"]))
+        return original(path, body, field_manager, force, **kw)
+
+    world.apply = spy  # type: ignore[method-assign]
+    drain(ctl, world)
+    assert world.writes() == [("apply", "pods/status"), ("delete", "pods"),
+                              ("apply", "workloads/status")]
+    assert seen == [(c.EVICTED_CONDITION, "Preempted")]
+    assert [(kind, reason) for kind, _, reason, _ in recorder.events] == [("Pod", "Evicted")]
+    assert world.get_obj("pods", NS, worker["metadata"]["name"]) is None
+    cond = w.condition(world.get_obj("workloads", NS, wl_name(worker)), w.FINISHED)
+    assert cond["reason"] == d.FINISHED_EVICTED
+
+    caplog.set_level(logging.WARNING, logger="raykueue.controller")
+    evict(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world)
+    assert any("taken down" in r.getMessage() for r in caplog.records)
+
+
+def test_evicted_pod_replaced_by_a_namesake_is_not_deleted():
+    world = World()
+    seed(world)
+    pod = world.put("pods", o.pod(c.ROLE_HEAD, gated=False, phase="Running", ready=True))
+    world.put("workloads", o.workload(pod, "admitted", priority=1000))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    evict(world, wl_name(pod))
+    world.deliver()
+    world.fail_next["delete"] = ApiError(409, "Conflict", {"message": "Precondition failed"})
+    drain(ctl, world)
+    assert ("apply", "workloads/status") in world.writes()  # still finished
+
+
+# --- overlap ---------------------------------------------------------------------------------
+
+
+def test_kueue_managed_pod_is_left_alone_and_reported_once():
+    world = World()
+    seed(world)
+    pod = o.pod(c.ROLE_HEAD)
+    pod["spec"]["schedulingGates"].append({"name": c.KUEUE_POD_GATE})
+    pod = world.put("pods", pod)
+    before = counter("raykueue_conflicts_total", kind=d.CONFLICT_KUEUE_POD)
+    ctl, recorder = controller(world)
+    drain(ctl, world)
+    ctl.queue.add((NS, pod["metadata"]["name"]))
+    drain(ctl, world)
+    assert world.writes() == []
+    assert len(recorder.events) == 1
+    assert counter("raykueue_conflicts_total", kind=d.CONFLICT_KUEUE_POD) == before + 1
+    summary = ctl.conflicts()
+    assert c.KUEUE_POD_GATE in summary[f"{NS}/{pod['metadata']['name']}"]
+
+    # Resolved (the pod goes): the summary forgets it.
+    world.remove("pods", NS, pod["metadata"]["name"])
+    world.deliver()
+    drain(ctl, world)
+    assert ctl.conflicts() == {}
+
+
+def test_kueue_created_workload_for_our_pod_is_a_conflict():
+    world = World()
+    seed(world)
+    pod = world.put("pods", o.pod(c.ROLE_HEAD))
+    world.put("workloads", o.workload(pod, "pending", ours=False))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.writes() == []
+    assert d.CONFLICT_KUEUE_WORKLOAD in ctl.conflicts()[f"{NS}/{pod['metadata']['name']}"]
+
+
+# --- problems that need a human ----------------------------------------------------------
+
+
+def test_missing_priority_class_warns_once_and_queues_when_created():
+    world = World()
+    world.put("resourceflavors", o.flavor())
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, recorder = controller(world)
+    drain(ctl, world)
+    ctl.queue.add((NS, head["metadata"]["name"]))
+    drain(ctl, world)
+    assert [reason for _, _, reason, _ in recorder.events] == [d.WARN_PRIORITY_CLASS]
+    assert world.of("workloads") == []
+    world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))
+    world.deliver()
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(head))["spec"]["priority"] == 1000
+
+
+def test_transient_errors_are_retried():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    world.fail_next["create"] = ApiError(503, "ServiceUnavailable", {"message": "try later"})
+    drain(ctl, world)
+    assert world.writes() == [("create", "workloads"), ("create", "workloads")]
+    assert world.get_obj("workloads", NS, wl_name(head)) is not None
+
+
+# --- run() ----------------------------------------------------------------------------------------
+
+
+def test_run_discovers_version_and_stops_on_the_event():
+    world = World(version="v1beta1")
+    seed(world)
+    world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl = Controller(world, ControllerConfig(workers=2, resync_seconds=0.05),  # type: ignore[arg-type]
+                     None, cache_factory=world.cache_factory)
+    stop = threading.Event()
+    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
+    thread.start()
+    for _ in range(200):
+        if world.of("workloads"):
+            break
+        threading.Event().wait(0.01)
+    stop.set()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert ctl.version == "v1beta1"
+    assert len(world.of("workloads")) == 1
+    assert not ctl.synced
+
+
+def test_workload_orphaned_by_its_pods_deletion_is_finished():
+    """`kubectl delete pod --cascade=orphan`: the collector strips the owner
+    reference instead of deleting the Workload, which would hold quota forever."""
+    world = World()
+    seed(world)
+    gone = o.pod(c.ROLE_WORKER)
+    orphan = o.workload(gone, "admitted")
+    orphan["metadata"]["ownerReferences"] = []
+    world.put("workloads", orphan)
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    cond = w.condition(world.get_obj("workloads", NS, wl_name(gone)), w.FINISHED)
+    assert cond["reason"] == d.FINISHED_OWNER_NOT_FOUND
+
+
+def test_workload_whose_owner_reference_was_removed_by_hand_stays_the_pods():
+    world = World()
+    seed(world)
+    pod = world.put("pods", o.pod(c.ROLE_WORKER, gated=False, phase="Running", ready=True))
+    wl = o.workload(pod, "admitted", pods_ready="True")
+    wl["metadata"]["ownerReferences"] = []
+    world.put("workloads", wl)
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.writes() == []  # neither finished as an orphan nor duplicated
