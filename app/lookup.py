@@ -35,7 +35,8 @@ def keep_metadata(kind: str):
             "kind": kind,
             "metadata": {
                 k: meta[k]
-                for k in ("name", "namespace", "uid", "labels", "annotations", "ownerReferences")
+                for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
+                          "ownerReferences")
                 if k in meta
             },
         }
@@ -45,7 +46,9 @@ def keep_metadata(kind: str):
 
 def keep_value(obj: dict[str, Any]) -> dict[str, Any]:
     """Transform for PriorityClasses: the name and the value are all we need."""
-    return {"metadata": {"name": (obj.get("metadata") or {}).get("name")}, "value": obj.get("value")}
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta.get(k) for k in ("name", "resourceVersion")},
+            "value": obj.get("value")}
 
 
 class ClusterView:
