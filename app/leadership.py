@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import uuid
+from typing import Any
 
 from app.settings import Settings
 from controller.config import ControllerConfig
@@ -21,25 +22,57 @@ COMPONENT = "raykueue.io/controller"
 
 
 def controller_config(settings: Settings) -> ControllerConfig:
-    return ControllerConfig(head_first=settings.head_first)
+    return ControllerConfig(
+        head_first=settings.head_first,
+        workers=settings.controller_workers,
+        resync_seconds=settings.resync_seconds,
+    )
 
 
-def run_controller(rest: Rest, settings: Settings, stop: threading.Event) -> None:
-    from controller.loop import Controller
+class ControllerHost:
+    """Campaigns for the Lease and runs a fresh Controller each time it leads.
 
-    recorder = EventRecorder(rest, COMPONENT)
-    config = controller_config(settings)
+    `status()` feeds /readyz: leading or standing by, and the pods the
+    controller leaves alone because Kueue also claims them.
+    """
 
-    def lead(lost: threading.Event) -> None:
-        Controller(rest, config, recorder).run(lost)
+    def __init__(self, rest: Rest, settings: Settings) -> None:
+        self.rest = rest
+        self.settings = settings
+        self.controller: Any = None
+        # Hostname alone repeats across restarts of one pod; the suffix makes a
+        # restarted process a new candidate rather than the old holder.
+        host = os.environ.get("HOSTNAME") or socket.gethostname()
+        self.identity = f"{host}_{uuid.uuid4().hex[:8]}"
 
-    if not settings.leader_election:
-        lead(stop)
-        return
-    # Hostname alone repeats across restarts of one pod; the suffix makes a
-    # restarted process a new candidate rather than the old holder.
-    identity = f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    elector = LeaderElector(rest, settings.lease_namespace, settings.lease_name, identity)
-    log.info("campaigning for lease %s/%s as %s", settings.lease_namespace, settings.lease_name,
-             identity)
-    elector.run(lead, stop)
+    def run(self, stop: threading.Event) -> None:
+        if not self.settings.leader_election:
+            self._lead(stop)
+            return
+        s = self.settings
+        elector = LeaderElector(self.rest, s.lease_namespace, s.lease_name, self.identity)
+        log.info("campaigning for lease %s/%s as %s", s.lease_namespace, s.lease_name,
+                 self.identity)
+        elector.run(self._lead, stop)
+
+    def _lead(self, lost: threading.Event) -> None:
+        from controller.loop import Controller
+
+        self.controller = Controller(self.rest, controller_config(self.settings),
+                                     EventRecorder(self.rest, COMPONENT))
+        try:
+            self.controller.run(lost)
+        finally:
+            self.controller = None
+
+    def status(self) -> tuple[bool, str]:
+        controller = self.controller
+        if controller is None:
+            return True, "standing by (another replica leads, or the Lease is being acquired)"
+        conflicts = controller.conflicts()
+        if not conflicts:
+            return True, "leading"
+        shown = "; ".join(f"{pod}: {why}" for pod, why in sorted(conflicts.items())[:5])
+        more = f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""
+        # Still ready: those pods are Kueue's to admit, and every other pod is served.
+        return True, f"leading; {len(conflicts)} pod(s) left to Kueue: {shown}{more}"

@@ -166,12 +166,11 @@ class Runtime:
     def start_controller(self) -> None:
         if self.rest is None or not self.settings.controller:
             return
-        from app.leadership import run_controller
+        from app.leadership import ControllerHost
 
-        thread = threading.Thread(
-            target=run_controller, args=(self.rest, self.settings, self.stop),
-            name="controller", daemon=True,
-        )
+        self.controller = ControllerHost(self.rest, self.settings)
+        thread = threading.Thread(target=self.controller.run, args=(self.stop,),
+                                  name="controller", daemon=True)
         thread.start()
         self.threads.append(thread)
 
@@ -183,6 +182,8 @@ class Runtime:
         readiness = [Readiness("certificates", self._certs_ready)]
         if view.online:
             readiness.append(Readiness("caches", self._caches_ready))
+        if self.controller is not None:
+            readiness.append(Readiness("controller", self.controller.status))
         return build_app(
             partial(mutate_with, view, policy_from(self.settings)),
             partial(validate_with, frozenset(self.settings.controller_identities)),

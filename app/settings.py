@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     # --- controller ------------------------------------------------------------
     controller: bool = True
     head_first: bool = True
+    controller_workers: int = 4
+    # Every managed pod is reconciled again this often, a safety net for a
+    # missed watch event.
+    resync_seconds: float = 300.0
     leader_election: bool = True
     lease_namespace: str = "raykueue-system"
     lease_name: str = "raykueue-controller"

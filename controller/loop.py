@@ -493,12 +493,14 @@ class Controller:
             if isinstance(action, d.FinishWorkload) and action.reason == d.FINISHED_OWNER_NOT_FOUND:
                 wl = by_name.get(action.workload)
                 uid = w.pod_uid_of(wl) if wl is not None else None
-                if departed is not None and uid == p.uid(departed):
+                # A pod that merely stopped matching our label selector also
+                # "departs" from the cache, without a deletionTimestamp.
+                if (departed is not None and uid == p.uid(departed)
+                        and (p.is_deleting(departed) or p.is_terminal(departed))):
                     reason, message = d.end_of_pod(departed)
                     out.append(d.FinishWorkload(action.workload, reason, message))
                     continue
-                if (departed is None and uid and key[1] != ORPHANS
-                        and self._pod_still_exists(key, uid)):
+                if uid and key[1] != ORPHANS and self._pod_still_exists(key, uid):
                     log.warning("%s/%s: pod exists but is no longer labelled %s=%s; leaving "
                                 "its Workload %s alone", key[0], key[1], c.MANAGED_BY_LABEL,
                                 c.MANAGED_BY_VALUE, action.workload)

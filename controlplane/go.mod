@@ -1,7 +1,8 @@
 // Builds the real Kubernetes control plane used by raykueue's api and e2e tests:
 // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, the
-// Kueue manager, the KubeRay operator and kwok. Nothing here is shipped; see
-// build.sh. Versions are pinned in versions.env and below.
+// Kueue manager and kwok (the KubeRay operator is built from kuberay/go.mod).
+// Nothing here is shipped; see build.sh and README.md. Versions are pinned in
+// versions.env and below; the k8s.io staging replaces come from gen-replaces.sh.
 module github.com/raykueue/raykueue/controlplane
 
 go 1.26.0

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"tier {st['tier']}  server {st['server']}  ready={st['apiserver_ready']}")
             print(f"kubeconfig {st['kubeconfig']}")
+            print(f"owner {st['owner']}  test sessions using it: {st['users'] or 'none'}")
             for name, c in st["components"].items():
                 extra = f"pid {c['pid']} ports {c['ports']} log {c['log']}" if "pid" in c else ""
                 print(f"  {name:24} {c['state']:12} {extra}")

@@ -648,14 +648,29 @@ class Stack:
             digest.update(f.read_bytes())
         if self.crds_digest == digest.hexdigest() and self.crd_names:
             return self.crd_names
-        names = []
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        # The files go to the API server as they are (apply-patch+yaml takes YAML):
+        # parsing 5 MB of YAML here would cost more than the applies. Only the
+        # head of each file (apiVersion, kind, metadata) is read, for the URL.
+        docs = []
         for f in files:
-            for doc in yaml.load_all(f.read_bytes(), Loader=loader):
-                if not doc:
-                    continue
-                self.api.apply(object_path(doc), doc)
-                names.append(doc["metadata"]["name"])
+            raw = f.read_bytes()
+            if raw.count(b"\n---") > 0 and raw.lstrip().startswith(b"---"):
+                raw = raw.lstrip()[3:]
+            if b"\n---\n" in raw:
+                raise StackError(f"{f}: expected one CRD per file")
+            head = raw.split(b"\nspec:", 1)[0]
+            meta = yaml.safe_load(head)
+            docs.append((meta, raw))
+
+        def apply(item: tuple[dict, bytes]) -> str:
+            meta, raw = item
+            self.api.call("PATCH", object_path(meta), raw,
+                          query={"fieldManager": "raykueue-devstack", "force": "true"},
+                          content_type="application/apply-patch+yaml")
+            return meta["metadata"]["name"]
+
+        with cf.ThreadPoolExecutor(max_workers=4) as pool:
+            names = list(pool.map(apply, docs))
         self.crds_digest, self.crd_names = digest.hexdigest(), names
         return names
 
@@ -821,8 +836,11 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
     t = time.monotonic()
     crds = stack.install_crds()
     stack.wait_crds_established(crds)
-    stack.apply_objects(stack.base_objects())
-    log(f"{len(crds)} CRDs established, sample objects applied ({time.monotonic() - t:.1f}s)")
+    if stack.tier not in TIERS:
+        # Only on a new stack: a reused one keeps the samples it was started with
+        # (and whatever tests or people changed since).
+        stack.apply_objects(stack.base_objects())
+    log(f"{len(crds)} CRDs established, sample objects in place ({time.monotonic() - t:.1f}s)")
     try:
         stack.wait_ready("kube-controller-manager", stack._check_controller_manager)
         log("kube-controller-manager ready")
@@ -849,7 +867,7 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
                 waiting[name] = check
             except StackError as e:
                 failures[name] = str(e)
-        if "kwok" in waiting or "kwok" in stack.procs:
+        if "kwok" in waiting:
             stack.apply_objects(stack.node_objects())
         with cf.ThreadPoolExecutor(max_workers=len(waiting) or 1) as pool:
             futures = {pool.submit(stack.wait_ready, n, c): n for n, c in waiting.items()}
@@ -863,10 +881,10 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
                 except KubeError as e:
                     failures[name] = f"{name}: {e}"
     if not failures:
-        if stack.tier is None or TIERS.index(tier) > TIERS.index(stack.tier):
+        if stack.tier not in TIERS or TIERS.index(tier) > TIERS.index(stack.tier):
             stack.tier = tier
     elif stack.tier is None:
-        stack.tier = "partial"
+        stack.tier = "partial"  # `up` again retries what failed
     stack.save()
     if failures:
         raise StackError(

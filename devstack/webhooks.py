@@ -7,6 +7,8 @@ Off the cluster the API server calls the webhook at `clientConfig.url`
 from __future__ import annotations
 
 import base64
+import os
+import tempfile
 from pathlib import Path
 
 from webhooks.contract import (
@@ -32,11 +34,20 @@ def _api_for(kubeconfig: str | Path) -> KubeApi:
     ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
     cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
     user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
-    for key in ("certificate-authority", "client-certificate", "client-key"):
-        if key not in cluster and key not in user:
-            raise ValueError(f"{kubeconfig}: devstack expects file paths ({key} missing)")
-    return KubeApi(cluster["server"], Path(cluster["certificate-authority"]),
-                   Path(user["client-certificate"]), Path(user["client-key"]))
+    paths = {}
+    for key, section in (("certificate-authority", cluster), ("client-certificate", user),
+                         ("client-key", user)):
+        if key in section:
+            paths[key] = Path(section[key])
+        elif f"{key}-data" in section:  # embedded: write it out once
+            fd, name = tempfile.mkstemp(prefix="devstack-", suffix=".pem")
+            with os.fdopen(fd, "wb") as f:
+                f.write(base64.b64decode(section[f"{key}-data"]))
+            paths[key] = Path(name)
+        else:
+            raise ValueError(f"{kubeconfig}: needs {key} (a client-certificate user)")
+    return KubeApi(cluster["server"], paths["certificate-authority"],
+                   paths["client-certificate"], paths["client-key"])
 
 
 def webhook_configurations(

@@ -248,3 +248,49 @@ def test_unique_names_for_generate_name_pods(ns: str, kubectl) -> None:
              for _ in range(3)}
     assert len(names) == 3
     assert all(n.startswith("rc-worker-") for n in names)
+
+
+def _owner(obj: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+@pytest.mark.parametrize("kind", ["RayJob", "RayService"])
+def test_pods_of_rayjob_and_rayservice_clusters_resolve_through_the_owner_chain(
+    kind: str, ns: str, kubectl, api_stack
+) -> None:
+    """The RayJob/RayService carries opt-in and queue; its RayCluster carries neither.
+
+    KubeRay copies its owner's labels and annotations to the RayCluster it
+    creates, but a RayCluster made before the owner was annotated (or edited
+    since) has only the owner to go by. The operator is not needed for this:
+    the objects are created as KubeRay would, with owner references.
+    """
+    api = api_stack.api
+    head = {"rayStartParams": {}, "template": {"spec": {"containers": [
+        {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}
+    if kind == "RayJob":
+        spec = {"rayClusterSpec": {"headGroupSpec": head}, "entrypoint": "python train.py",
+                "suspend": True}
+    else:
+        spec = {"rayClusterConfig": {"headGroupSpec": head}}
+    plural = {"RayJob": "rayjobs", "RayService": "rayservices"}[kind]
+    owner = api.call("POST", f"/apis/ray.io/v1/namespaces/{ns}/{plural}", {
+        "apiVersion": "ray.io/v1", "kind": kind,
+        "metadata": {"name": "train", "labels": {c.QUEUE_LABEL: "from-owner"},
+                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+        "spec": spec,
+    })
+    cluster = api.call("POST", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters", {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "train-raycluster", "ownerReferences": [_owner(owner)]},
+        "spec": {"headGroupSpec": head},
+    })
+
+    def stored() -> dict[str, Any] | None:
+        result = create(kubectl, ray_pod(ns, owner=_owner(cluster)), "--dry-run=server")
+        return json.loads(result.stdout) if result.returncode == 0 else None
+
+    pod = wait_for(stored, timeout=20, message=f"pod of a {kind}'s RayCluster")
+    assert gates(pod) == [c.GATE]
+    assert pod["metadata"]["labels"][c.QUEUE_LABEL] == "from-owner"

@@ -436,6 +436,8 @@ def test_workload_orphaned_while_down_is_finished_on_start(admin, ns, scope, run
                                               "propagationPolicy": "Orphan"})
     wait_for(lambda: not (workload_of(admin, pod) or {}).get("metadata", {})
              .get("ownerReferences"), timeout=60, message="the Workload to be orphaned")
+    # The collector orphans through the pod's "orphan" finalizer: wait for the pod to go.
+    wait_for(lambda: live(admin, pod) is None, timeout=60, message="the pod to be gone")
     run_controller(head_first=False)
     done = wait_for(lambda: (x := workload_of(admin, pod)) and cond(x, "Finished") and x,
                     timeout=30, message="orphan finished")

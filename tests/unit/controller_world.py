@@ -61,6 +61,7 @@ class World:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.calls: list[tuple[str, str]] = []
         self.caches: list[FakeCache] = []
+        self.tombstones: dict[tuple[str, str, str], Obj] = {}
         self.fail_next: dict[str, ApiError] = {}  # verb -> error for its next call
         self._rv = itertools.count(5000)
         self._uid = itertools.count(1)
@@ -184,6 +185,11 @@ class World:
         # As on kwok's nodes: gone at once. Owned objects stay until the test
         # calls collect_garbage(), as the real collector also lags.
         del self.objects[(plural, ns, name)]
+        # The API server's DELETED event carries the last state, deletionTimestamp set.
+        last = copy.deepcopy(obj)
+        last["metadata"]["deletionTimestamp"] = "2026-12-02T09:45:00Z"
+        last["metadata"]["deletionGracePeriodSeconds"] = 0
+        self.tombstones[(plural, ns, name)] = last
         return {"kind": "Status", "status": "Success"}
 
     def collect_garbage(self) -> None:
@@ -252,7 +258,11 @@ class FakeCache:
                 events.append(("ADDED", obj))
             elif old["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
                 events.append(("MODIFIED", obj))
-        events += [("DELETED", obj) for key, obj in self.store.items() if key not in fresh]
+        for key, obj in self.store.items():
+            if key not in fresh:
+                last = self.world.tombstones.get((self.plural, *key))
+                gone = copy.deepcopy(last) if last is not None else obj
+                events.append(("DELETED", self.transform(gone) if self.transform else gone))
         self.store = fresh
         self.synced = True
         for event, obj in events:

@@ -521,3 +521,18 @@ def test_workload_whose_owner_reference_was_removed_by_hand_stays_the_pods():
     ctl, _ = controller(world)
     drain(ctl, world)
     assert world.writes() == []  # neither finished as an orphan nor duplicated
+
+
+def test_pod_losing_our_label_while_watched_keeps_its_workload():
+    world = World()
+    seed(world)
+    pod = world.put("pods", o.pod(c.ROLE_WORKER, gated=False, phase="Running", ready=True))
+    world.put("workloads", o.workload(pod, "admitted", pods_ready="True"))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    relabelled = copy.deepcopy(world.get_obj("pods", NS, pod["metadata"]["name"]))
+    del relabelled["metadata"]["labels"][c.MANAGED_BY_LABEL]
+    world.put("pods", relabelled)
+    world.deliver()  # the watch reports it DELETED: it no longer matches our selector
+    drain(ctl, world)
+    assert world.writes() == []

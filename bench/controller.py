@@ -1,0 +1,186 @@
+"""Controller figures on a real kube-apiserver: gate-lift latency and API writes per pod.
+
+Starts (or reuses) the api-tier stack, creates N gated KubeRay-shaped pods,
+runs the controller in-process and plays Kueue the way Kueue's own integration
+tests do: one server-side apply of status.admission + QuotaReserved + Admitted
+per Workload. It prints
+
+- the time from each admission write to the gate-lifting patch being seen by a
+  watch (p50, p99, max over N pods), and
+- the writes of one whole pod lifecycle (Workload created, gate lifted,
+  PodsReady, Finished on deletion) from the API server's own
+  apiserver_request_total, with the bench's own writes subtracted, next to
+  the controller's count of its requests.
+
+    python bench/controller.py [--pods 1000] [--workers 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import devstack  # noqa: E402
+from controller.config import ControllerConfig  # noqa: E402
+from controller.loop import Controller  # noqa: E402
+from kube.cache import WatchCache  # noqa: E402
+from kube.client import load_api_client  # noqa: E402
+from kube.events import EventRecorder  # noqa: E402
+from kube.resources import PODS  # noqa: E402
+from kube.rest import Rest  # noqa: E402
+from tests.api import test_controller_api as t  # noqa: E402
+
+METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[\d.e+]+)$')
+
+
+def request_totals(rest: Rest) -> Counter[tuple[str, str, str]]:
+    """(verb, resource, subresource) -> requests, from the API server's /metrics."""
+    text = rest.request("GET", "/metrics")
+    totals: Counter[tuple[str, str, str]] = Counter()
+    for line in text.splitlines():
+        match = METRIC.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+        if labels.get("dry_run"):
+            continue
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        totals[key] += int(float(match["value"]))
+    return totals
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=4)
+    args = parser.parse_args()
+    n = args.pods
+
+    # An api-tier stack of its own: no Kueue, scheduler or kwok writing to the
+    # same pods and Workloads, so the API server's counts are ours and the bench's.
+    config = devstack.StackConfig(stack_dir=Path(tempfile.mkdtemp(prefix="raykueue-bench-")))
+    stack, started = devstack.up("api", config, quiet=True)
+    api = load_api_client(str(stack.kubeconfig))
+    assert api is not None
+    admin = Rest(api)
+    ns = f"bench-{int(time.time())}"
+    admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                        "metadata": {"name": ns}})
+    scope = {"flavor": f"bench-{ns}", "head": f"bench-head-{ns}",
+             "worker": f"bench-worker-{ns}", "cq": f"bench-cq-{ns}"}
+    admin.create(t.FLAVORS.path(), {"apiVersion": t.FLAVORS.api_version, "kind": "ResourceFlavor",
+                                    "metadata": {"name": scope["flavor"]}})
+    for role, value in (("head", 1000), ("worker", 100)):
+        admin.create(t.WPCS.path(), {"apiVersion": t.WPCS.api_version,
+                                     "kind": "WorkloadPriorityClass",
+                                     "metadata": {"name": scope[role]}, "value": value})
+    print(f"stack {'started' if started else 'reused'}; namespace {ns}; {n} pods; "
+          f"{args.workers} controller workers")
+
+    before = request_totals(admin)
+    with ThreadPoolExecutor(8) as pool:
+        pods = list(pool.map(lambda i: t.create_pod(admin, t.ray_pod(
+            ns, scope, "worker", f"rc-bench-{i:04d}")), range(n)))
+
+    stop = threading.Event()
+    controller = Controller(admin, ControllerConfig(namespace=ns, head_first=False,
+                                                    workers=args.workers),
+                            EventRecorder(admin, "raykueue.io/controller"))
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    lifted: dict[str, float] = {}
+    watcher = WatchCache(admin, PODS, namespace=ns)
+    watcher.add_handler(lambda _e, pod: (not t.gates(pod)) and lifted.setdefault(
+        pod["metadata"]["name"], time.monotonic()))
+    watcher.start()
+    try:
+        t0 = time.monotonic()
+        t.wait_for(lambda: len(t.workloads_in(admin, ns)) == n, timeout=120 + n / 2,
+                   message=f"{n} Workloads")
+        print(f"{n} Workloads created in {time.monotonic() - t0:.1f}s")
+        watcher.wait_synced(30)
+
+        admitted: dict[str, float] = {}
+        for wl in t.workloads_in(admin, ns):
+            admitted[wl["metadata"]["ownerReferences"][0]["name"]] = time.monotonic()
+            t.kueue_status(admin, wl, scope)
+        t.wait_for(lambda: len(lifted) == n, timeout=120 + n / 2,
+                   message=lambda: f"{len(lifted)}/{n} gates lifted")
+        latencies = sorted(lifted[name] - admitted[name] for name in admitted)
+        p99 = latencies[min(n - 1, int(n * 0.99))]
+        print(f"admitted -> gate lifted over {n} pods: p50 {statistics.median(latencies) * 1e3:.0f}"
+              f" ms, p99 {p99 * 1e3:.0f} ms, max {latencies[-1] * 1e3:.0f} ms")
+
+        for pod in pods:
+            t.make_ready(admin, pod)
+        t.wait_for(lambda: all(t.cond(wl, "PodsReady") for wl in t.workloads_in(admin, ns)),
+                   timeout=120 + n / 2, message="PodsReady on every Workload")
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda p: admin.delete(PODS.path(ns, p["metadata"]["name"])), pods))
+        t.wait_for(lambda: all(t.cond(wl, "Finished") or not wl["metadata"].get("ownerReferences")
+                               for wl in t.workloads_in(admin, ns)) or not t.workloads_in(admin, ns),
+                   timeout=120 + n / 2, message="Finished on every Workload")
+    finally:
+        watcher.stop()
+        stop.set()
+        thread.join(timeout=30)
+    after = request_totals(admin)
+
+    delta = {k: after[k] - before[k] for k in after if after[k] - before[k] > 0}
+    # The bench's own writes (pods created, admissions, readiness, deletions)
+    # and the garbage collector's (Workloads deleted with their pods).
+    ours = {("POST", "pods", ""): n, ("APPLY", "workloads", "status"): n,
+            ("APPLY", "pods", "status"): n, ("DELETE", "pods", ""): n,
+            ("DELETE", "workloads", ""): delta.get(("DELETE", "workloads", ""), 0)}
+    print("writes per pod lifecycle, from apiserver_request_total (bench's own subtracted):")
+    total = 0.0
+    for key in sorted(delta):
+        verb, resource, sub = key
+        if verb in ("GET", "LIST", "WATCH") or resource in ("leases", "namespaces"):
+            continue
+        count = delta[key] - ours.get(key, 0)
+        if count <= 0:
+            continue
+        per_pod = count / n
+        total += per_pod
+        print(f"  {verb:6s} {resource}{'/' + sub if sub else '':14s} {per_pod:5.2f}")
+    print(f"  total  {total:5.2f} per pod")
+    counted = {k: v for k, v in _controller_writes().items() if v}
+    print("controller's own count (raykueue_api_writes_total): "
+          + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(counted.items())))
+    admin.delete(f"/api/v1/namespaces/{ns}")
+    for path in (t.FLAVORS.path(None, scope["flavor"]), t.WPCS.path(None, scope["head"]),
+                 t.WPCS.path(None, scope["worker"])):
+        admin.delete(path)
+    if started:
+        devstack.down(config)
+    return 0
+
+
+def _controller_writes() -> dict[str, float]:
+    from prometheus_client import REGISTRY
+
+    writes: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        if metric.name != "raykueue_api_writes":
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                key = " ".join(f"{v}" for v in sample.labels.values())
+                writes[key] = writes.get(key, 0) + sample.value
+    return writes
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""devstack's generated objects and configuration, without starting anything."""
+
+from __future__ import annotations
+
+import base64
+
+from devstack import StackConfig, webhook_configurations
+from devstack.stack import Stack, components_for, free_ports
+from webhooks import contract
+
+
+def test_webhook_configurations_follow_the_contract():
+    mutating, validating = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
+    assert mutating["metadata"]["name"] == contract.MUTATING_WEBHOOK_CONFIG
+    assert validating["metadata"]["name"] == contract.VALIDATING_WEBHOOK_CONFIG
+    (m,), (v,) = mutating["webhooks"], validating["webhooks"]
+    assert m["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.MUTATE_PATH
+    assert v["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.VALIDATE_PATH
+    assert base64.b64decode(m["clientConfig"]["caBundle"]) == b"PEM"
+    assert m["rules"][0]["operations"] == ["CREATE"]
+    assert v["rules"][0]["operations"] == ["UPDATE"]
+    for w in (m, v):
+        assert w["failurePolicy"] == "Fail"
+        assert w["sideEffects"] == "None"
+        assert w["timeoutSeconds"] == 5
+        assert w["admissionReviewVersions"] == ["v1"]
+        assert w["objectSelector"] == {"matchExpressions": [
+            {"key": contract.NODE_TYPE_LABEL, "operator": "Exists"}]}
+    assert m["reinvocationPolicy"] == "IfNeeded"
+    # both sort after Kueue's own configurations
+    assert all(c["metadata"]["name"] > "kueue-" for c in (mutating, validating))
+
+
+def test_kueue_config_keeps_pod_and_ray_integrations_off(tmp_path):
+    stack = Stack(StackConfig(stack_dir=tmp_path, kueue_config={"waitForPodsReady": {
+        "timeout": "5m"}}))
+    cfg = stack._kueue_config(health=1234, webhook=5678)
+    assert cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
+    assert cfg["integrations"]["frameworks"] == ["batch/job"]
+    assert cfg["featureGates"]["VisibilityOnDemand"] is False
+    assert cfg["internalCertManagement"] == {"enable": False}
+    assert cfg["leaderElection"] == {"leaderElect": False}
+    assert cfg["health"]["healthProbeBindAddress"] == "127.0.0.1:1234"
+    assert cfg["webhook"]["port"] == 5678 and cfg["webhook"]["host"] == "127.0.0.1"
+    assert cfg["metrics"]["bindAddress"] == "0"
+    assert cfg["waitForPodsReady"] == {"timeout": "5m"}
+
+
+def test_sample_objects_are_parameterized(tmp_path):
+    config = StackConfig(stack_dir=tmp_path)
+    config.samples.quota = {"cpu": "3"}
+    config.nodes.count = 3
+    stack = Stack(config)
+    by_kind = {}
+    for o in stack.base_objects():
+        by_kind.setdefault(o["kind"], []).append(o)
+    (cq,) = by_kind["ClusterQueue"]
+    assert cq["spec"]["namespaceSelector"] == {}
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+        {"name": "cpu", "nominalQuota": "3"}]
+    assert {w["metadata"]["name"]: w["value"] for w in by_kind["WorkloadPriorityClass"]} == {
+        "ray-head": 1000, "ray-worker": 100}
+    nodes = stack.node_objects()
+    assert len(nodes) == 3
+    assert all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)
+    assert all("nvidia.com/gpu" in n["status"]["allocatable"] for n in nodes)
+
+
+def test_tiers_and_ports():
+    assert components_for("api") == ["etcd", "kube-apiserver", "kube-controller-manager"]
+    assert set(components_for("e2e")) >= {"kueue", "ray-operator", "kwok", "kube-scheduler"}
+    ports = free_ports(5)
+    assert len(set(ports)) == 5
