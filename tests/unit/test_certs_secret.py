@@ -126,6 +126,14 @@ def serving(days: int = 365, dns: list[str] = DNS, ips: tuple[str, ...] = ()) ->
 NOW = datetime.now(UTC)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_now() -> None:
+    # Certificates are issued at test time, backdated a few minutes; a NOW
+    # taken at collection can be older than that in a long session.
+    global NOW
+    NOW = datetime.now(UTC)
+
+
 # -- the decision --------------------------------------------------------------------
 
 
