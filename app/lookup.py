@@ -51,6 +51,9 @@ def keep_value(obj: dict[str, Any]) -> dict[str, Any]:
             "value": obj.get("value")}
 
 
+_OFFLINE = Context(cluster_known=False)
+
+
 class ClusterView:
     def __init__(
         self,
@@ -72,7 +75,7 @@ class ClusterView:
 
     def context_for(self, pod: Obj, namespace: str) -> Context:
         if not self.online:
-            return Context(cluster_known=False)
+            return _OFFLINE
         chain: list[Obj] = []
         unresolved: str | None = None
         obj = pod

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -35,7 +35,6 @@ class Review:
     dry_run: bool
     object: Mapping[str, Any]
     old_object: Mapping[str, Any] | None
-    groups: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +88,6 @@ def parse(body: bytes) -> Review:
         raise BadReview("request.oldObject is not an object")
     user = req.get("userInfo")
     user = user if isinstance(user, dict) else {}
-    groups = user.get("groups")
     return Review(
         uid=uid,
         operation=operation,
@@ -98,7 +96,6 @@ def parse(body: bytes) -> Review:
         dry_run=req.get("dryRun") is True,
         object=obj,
         old_object=old,
-        groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
     )
 
 
