@@ -33,7 +33,6 @@ import ipaddress
 import logging
 import os
 import random
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from certs.issue import (
     new_ca,
     new_serving_cert,
 )
+from certs.store import write_atomic
 from kube.resources import Resource
 from kube.rest import ApiError
 
@@ -391,26 +391,9 @@ def write_cert_files(cert_dir: str | os.PathLike[str], material: Material) -> bo
                 continue
         except OSError:
             pass
-        _write_atomic(target, data, mode)
+        write_atomic(target, data, mode)
         changed = True
     return changed
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    # Same contract as certs.store.write_atomic; kept local so this module
-    # depends only on certs.issue and kube/.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # -- keeping it fresh ------------------------------------------------------------------

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-import ssl
-import urllib.request
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -206,13 +205,17 @@ def test_api_server_really_calls_raykueue(ns: str, kubectl, server) -> None:
     assert create(kubectl, plain).returncode == 0
 
 
-def test_health_endpoints_answer_over_tls(ns: str, server) -> None:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
+def test_health_endpoints_answer_curl_over_tls(ns: str, server) -> None:
     for path in ("/healthz", "/readyz"):
-        with urllib.request.urlopen(server.url + path, context=context) as response:
-            assert response.status == 200
-            body = json.loads(response.read())
+        result = subprocess.run(
+            ["curl", "-sS", "--fail", "--cacert", str(server.ca_file), server.url + path],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert result.returncode == 0, result.stderr
+        body = json.loads(result.stdout)
+    assert body["ready"] is True
     assert body["checks"]["caches"]["ok"] is True
+    assert body["checks"]["certificates"]["ok"] is True
 
 
 def test_pod_priority_option_is_accepted_by_the_api_server(ns: str, kubectl, server) -> None:
