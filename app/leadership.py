@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
@@ -19,6 +20,16 @@ log = logging.getLogger("raykueue.leadership")
 
 # Shown in Events' reportingController; a qualified name, as the API requires.
 COMPONENT = "raykueue.io/controller"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def lease_namespace(settings: Settings) -> str:
+    if settings.lease_namespace:
+        return settings.lease_namespace
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
 
 
 def controller_config(settings: Settings) -> ControllerConfig:
@@ -50,9 +61,9 @@ class ControllerHost:
             self._lead(stop)
             return
         s = self.settings
-        elector = LeaderElector(self.rest, s.lease_namespace, s.lease_name, self.identity)
-        log.info("campaigning for lease %s/%s as %s", s.lease_namespace, s.lease_name,
-                 self.identity)
+        namespace = lease_namespace(s)
+        elector = LeaderElector(self.rest, namespace, s.lease_name, self.identity)
+        log.info("campaigning for lease %s/%s as %s", namespace, s.lease_name, self.identity)
         elector.run(self._lead, stop)
 
     def _lead(self, lost: threading.Event) -> None:

@@ -68,7 +68,10 @@ class Settings(BaseSettings):
     # missed watch event.
     resync_seconds: float = 300.0
     leader_election: bool = True
-    lease_namespace: str = "raykueue-system"
+    # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
+    # manifests set it from the downward API), else "default", so that
+    # `raykueue serve` against a dev cluster leads without any setup.
+    lease_namespace: str | None = None
     lease_name: str = "raykueue-controller"
 
     @field_validator("dns_names", "ip_addresses", "controller_identities", mode="before")

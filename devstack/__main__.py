@@ -10,6 +10,15 @@ from pathlib import Path
 
 from .config import TIERS, StackConfig
 from .stack import Stack, StackError, down, up
+from .webhooks import register_webhooks, unregister_webhooks
+
+NEXT_STEPS = """
+devstack: next, in this repo (the controller runs as the stack's admin user):
+  raykueue serve --host 127.0.0.1 --port 9443 --cert-dir certs-local \\
+      --kubeconfig {kubeconfig} --controller-identity raykueue-admin &
+  scripts/cluster webhooks --url https://127.0.0.1:9443 --ca certs-local/ca.crt
+  kubectl --kubeconfig {kubeconfig} apply -k manifests/samples   # a RayCluster in team-a
+"""
 
 
 def _quota(text: str) -> dict[str, str]:
@@ -38,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     ps = sub.add_parser("status", help="show the stack (exit 1 when none runs)")
     ps.add_argument("--json", action="store_true")
     sub.add_parser("env", help="print shell exports for the running stack")
+    pw = sub.add_parser("webhooks", help="point the stack's webhooks at a raykueue server")
+    pw.add_argument("--url", default="https://127.0.0.1:9443", help="the server's base URL")
+    pw.add_argument("--ca", type=Path, default=Path("certs-local/ca.crt"),
+                    help="CA that signed the server's certificate (its --cert-dir/ca.crt)")
+    pw.add_argument("--remove", action="store_true", help="delete the registrations instead")
     args = p.parse_args(argv)
 
     config = StackConfig()
@@ -61,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"devstack: {e}", file=sys.stderr)
             return 1
         print(f"export KUBECONFIG={shlex.quote(str(stack.kubeconfig))}")
+        print(NEXT_STEPS.format(kubeconfig=shlex.quote(str(stack.kubeconfig))), file=sys.stderr)
         return 0
     if args.cmd == "down":
         if not down(config, keep_logs=not args.purge_logs):
@@ -84,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         ok = st["apiserver_ready"] and all(
             c["state"] != "dead" for c in st["components"].values())
         return 0 if ok else 1
+    if args.cmd == "webhooks":
+        if args.remove:
+            unregister_webhooks(stack.kubeconfig)
+            print("devstack: webhooks removed", file=sys.stderr)
+        else:
+            register_webhooks(stack.kubeconfig, args.url, args.ca.read_bytes())
+            print(f"devstack: webhooks call {args.url} (CA {args.ca})", file=sys.stderr)
+        return 0
     if args.cmd == "env":
         for k, v in stack.env().items():
             print(f"export {k}={shlex.quote(v)}")
