@@ -37,6 +37,7 @@ def controller_config(settings: Settings) -> ControllerConfig:
         head_first=settings.head_first,
         workers=settings.controller_workers,
         resync_seconds=settings.resync_seconds,
+        cache_sync_timeout_seconds=settings.cache_sync_timeout_seconds,
     )
 
 

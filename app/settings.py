@@ -46,7 +46,8 @@ class Settings(BaseSettings):
     # When False the server never contacts a cluster, even if one is configured.
     cluster: bool = True
     probe_timeout_seconds: float = 3.0
-    cache_sync_timeout_seconds: float = 30.0
+    # How long the controller waits for its caches before it says so and waits on.
+    cache_sync_timeout_seconds: float = 60.0
 
     # --- admission policy ------------------------------------------------------
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
