@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import orjson
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -81,8 +82,6 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):
-                import orjson
-
                 return orjson.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value

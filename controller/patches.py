@@ -7,12 +7,8 @@ from typing import Any
 
 from controller import pods as p
 from webhooks import contract as c
+from webhooks.mutate import pointer
 from webhooks.objects import Obj, gate_names, metadata, spec
-
-
-def pointer(*parts: str) -> str:
-    """RFC 6901 JSON pointer: label keys hold '/' and must be escaped."""
-    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
 
 
 def lift_gate_ops(pod: Obj, node_selector: Mapping[str, str],

@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhooks import contract as c
+
+# Shared with the webhook, so one rule decides both: `p.role`, `p.kueue_claims`.
+from webhooks.classify import kueue_claims as kueue_claims
+from webhooks.classify import role_of as role  # noqa: F401 - re-exported as p.role
 from webhooks.objects import Obj, gate_names, labels, metadata, spec
 
 
@@ -16,11 +20,6 @@ def key(obj: Obj) -> tuple[str, str]:
 
 def uid(obj: Obj) -> str:
     return str(metadata(obj).get("uid") or "")
-
-
-def role(pod: Obj) -> str | None:
-    value = labels(pod).get(c.NODE_TYPE_LABEL)
-    return value if value in c.MANAGED_ROLES else None
 
 
 def cluster(pod: Obj) -> str | None:
@@ -71,11 +70,3 @@ def tolerations(pod: Obj) -> list[Mapping[str, Any]]:
     value = spec(pod).get("tolerations")
     return [t for t in value if isinstance(t, dict)] if isinstance(value, list) else []
 
-
-def kueue_claims(pod: Obj) -> str | None:
-    """Why Kueue's own pod integration manages this pod, if it does."""
-    if c.KUEUE_POD_GATE in gate_names(pod):
-        return f"carries Kueue's scheduling gate {c.KUEUE_POD_GATE}"
-    if labels(pod).get(c.KUEUE_MANAGED_LABEL) == "true":
-        return f"carries Kueue's label {c.KUEUE_MANAGED_LABEL}=true"
-    return None

@@ -30,6 +30,13 @@ import pytest
 
 import devstack
 from devstack.stack import tail
+from webhooks.contract import (
+    GATE,
+    NODE_TYPE_LABEL,
+    QUEUE_LABEL,
+    ROLE_WORKER,
+    STANDALONE_ANNOTATION,
+)
 
 from .waiting import wait_for
 
@@ -216,7 +223,23 @@ class RaykueueServer:
         if self.register and not self.registered:
             devstack.register_webhooks(self.stack.kubeconfig, self.url, self.ca_pem)
             self.registered = True
+            # The API server picks registrations up through a watch; until it
+            # has, pods are created without us (KubeRay's included).
+            wait_for(self._called_by_api_server, timeout=30, interval=0.1,
+                     message=lambda: f"the API server to call {self.url}; log:\n{self.logs()}")
         return self
+
+    def _called_by_api_server(self) -> bool:
+        """A dry-run create of an opted-in Ray pod comes back gated by this server."""
+        probe = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "webhook-probe-",
+                         "labels": {NODE_TYPE_LABEL: ROLE_WORKER, QUEUE_LABEL: "probe"},
+                         "annotations": {STANDALONE_ANNOTATION: "true"}},
+            "spec": {"containers": [{"name": "probe", "image": "busybox"}]},
+        }
+        pod = self.stack.api.call("POST", "/api/v1/namespaces/default/pods?dryRun=All", probe)
+        return any(g.get("name") == GATE for g in pod["spec"].get("schedulingGates") or [])
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

@@ -93,11 +93,17 @@ def role_of(pod: Obj) -> str | None:
     return role if role in c.MANAGED_ROLES else None
 
 
-def kueue_claims(pod: Obj) -> bool:
-    """Kueue's plain-pod integration already manages this pod."""
-    return (
-        labels(pod).get(c.KUEUE_MANAGED_LABEL) == "true" or c.KUEUE_POD_GATE in gate_names(pod)
-    )
+def kueue_claims(pod: Obj) -> str | None:
+    """Why Kueue's plain-pod integration already manages this pod, if it does.
+
+    The webhook leaves such a pod ungated and the controller leaves it without
+    a Workload: counting its quota twice is the one thing worse than neither.
+    """
+    if c.KUEUE_POD_GATE in gate_names(pod):
+        return f"carries Kueue's scheduling gate {c.KUEUE_POD_GATE}"
+    if labels(pod).get(c.KUEUE_MANAGED_LABEL) == "true":
+        return f"carries Kueue's label {c.KUEUE_MANAGED_LABEL}=true"
+    return None
 
 
 def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:

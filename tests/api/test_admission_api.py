@@ -7,7 +7,6 @@ that a denial reaches the user, and that the gate holds.
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests import reviews as rv
+from tests.reviews import gates
 from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
 from webhooks import contract as c
@@ -25,24 +25,10 @@ KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 
 def ray_pod(namespace: str, role: str = "worker", **meta: Any) -> dict[str, Any]:
     """A pod as KubeRay builds it (from the fixture review), minus what the server fills in."""
-    review = rv.head_review() if role == "head" else rv.worker_review()
-    pod = copy.deepcopy(rv.pod_of(review))
+    pod = rv.creatable_pod(role)
     metadata = pod["metadata"]
-    for key in ("managedFields", "creationTimestamp", "ownerReferences"):
-        metadata.pop(key, None)
     metadata["namespace"] = namespace
     metadata["generateName"] = f"rc-{role}-"
-    # The fixture's volume is the token projection the API server adds; let it add its own.
-    spec = pod["spec"]
-    spec["volumes"] = [v for v in spec["volumes"] if not v["name"].startswith("kube-api-access")]
-    for container in spec["containers"] + spec.get("initContainers", []):
-        container["volumeMounts"] = [
-            m for m in container.get("volumeMounts", []) if not m["name"].startswith("kube-api")
-        ]
-        container["env"] = [e for e in container["env"] if "secretKeyRef" not in e.get("valueFrom", {})]
-    for key in ("serviceAccount", "priority"):
-        spec.pop(key, None)
-    pod.pop("status", None)
     for key, value in meta.get("labels", {}).items():
         metadata["labels"][key] = value
     metadata.setdefault("annotations", {}).update(meta.get("annotations", {}))
@@ -56,22 +42,8 @@ def opted_in_pod(namespace: str, role: str = "worker", queue: str = "team-a") ->
                    annotations={c.STANDALONE_ANNOTATION: "true"})
 
 
-def gates(pod: dict[str, Any]) -> list[str]:
-    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
-
-
 def create(kubectl, pod: dict[str, Any], *extra: str):
     return kubectl("create", "-o", "json", *extra, "-f", "-", input=json.dumps(pod))
-
-
-def wait_webhook_live(kubectl, namespace: str) -> None:
-    """Registration reaches the API server's webhook cache asynchronously."""
-
-    def live() -> bool:
-        result = create(kubectl, opted_in_pod(namespace), "--dry-run=server")
-        return result.returncode == 0 and c.GATE in gates(json.loads(result.stdout))
-
-    wait_for(live, timeout=30, message="raykueue webhook to be called by the API server")
 
 
 def start_server(stack, tmp_path_factory, **options) -> RaykueueServer:
@@ -93,7 +65,6 @@ def ns(new_namespace, server, kubectl) -> str:  # noqa: F811
     name = new_namespace("adm")
     if not server.running:
         server.start()
-    wait_webhook_live(kubectl, name)
     return name
 
 

@@ -35,6 +35,7 @@ from kube.events import EventRecorder
 from kube.resources import PODS, crd
 from kube.rest import ApiError, Rest
 from tests import reviews as rv
+from tests.reviews import gates
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
 from webhooks import contract as c
@@ -171,10 +172,9 @@ def ray_pod(ns: str, scope: dict[str, str], role: str, name: str, *,
             cluster: str = "rc", node_selector: dict[str, str] | None = None,
             hold: bool = False) -> dict[str, Any]:
     """A KubeRay pod (from the captured review) as raykueue's webhook stores it."""
-    pod = copy.deepcopy(rv.pod_of(rv.head_review() if role == "head" else rv.worker_review()))
+    pod = rv.creatable_pod(role)
     meta = pod["metadata"]
-    for key in ("managedFields", "creationTimestamp", "ownerReferences", "generateName"):
-        meta.pop(key, None)
+    meta.pop("generateName", None)
     meta.update(name=name, namespace=ns)
     meta["labels"].update({
         c.CLUSTER_LABEL: cluster, c.NODE_TYPE_LABEL: role, c.QUEUE_LABEL: LOCAL_QUEUE,
@@ -182,18 +182,9 @@ def ray_pod(ns: str, scope: dict[str, str], role: str, name: str, *,
     if hold:
         meta["finalizers"] = [HOLD]
     spec = pod["spec"]
-    spec["volumes"] = [v for v in spec["volumes"] if not v["name"].startswith("kube-api-access")]
-    for container in spec["containers"] + spec.get("initContainers", []):
-        container["volumeMounts"] = [m for m in container.get("volumeMounts", [])
-                                     if not m["name"].startswith("kube-api")]
-        container["env"] = [e for e in container.get("env", [])
-                            if "secretKeyRef" not in e.get("valueFrom", {})]
-    for key in ("serviceAccount", "priority"):
-        spec.pop(key, None)
     spec["schedulingGates"] = [{"name": c.GATE}]
     if node_selector:
         spec["nodeSelector"] = node_selector
-    pod.pop("status", None)
     return pod
 
 
@@ -221,10 +212,6 @@ def live(admin: Rest, pod: dict[str, Any]) -> dict[str, Any] | None:
         if exc.is_not_found:
             return None
         raise
-
-
-def gates(pod: dict[str, Any] | None) -> list[str]:
-    return [g["name"] for g in ((pod or {}).get("spec") or {}).get("schedulingGates") or []]
 
 
 def now() -> str:

@@ -7,7 +7,8 @@ import json
 import uuid
 
 import devstack
-from tests.api.test_admission_api import create, gates, opted_in_pod
+from tests.api.test_admission_api import create, opted_in_pod
+from tests.reviews import gates
 from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
 from webhooks import contract as c

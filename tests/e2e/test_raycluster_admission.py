@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.reviews import gates
 from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
 from webhooks import contract as c
@@ -47,10 +48,6 @@ def pods_of(kubectl, ns: str, cluster: str) -> list[dict[str, Any]]:
     result = kubectl("get", "pods", "-n", ns, "-l", f"{c.CLUSTER_LABEL}={cluster}", "-o", "json",
                      check=True)
     return json.loads(result.stdout)["items"]
-
-
-def gates(pod: dict[str, Any]) -> list[str]:
-    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
 
 
 def test_raycluster_pods_from_kuberay_arrive_gated(server, new_namespace, kubectl) -> None:  # noqa: F811

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from tests import reviews as rv
+from tests.reviews import gates
 from webhooks import contract as c
 from webhooks.admit import admit_create, ray_owner
 from webhooks.classify import Context, PodPriority, Policy, is_dns1123_subdomain
@@ -50,10 +51,6 @@ def patched(review: dict[str, Any], outcome) -> dict[str, Any]:
     assert answer["patchType"] == "JSONPatch"
     ops = orjson.loads(base64.b64decode(answer["patch"]))
     return jsonpatch.apply_patch(pod, ops)
-
-
-def gates(pod: dict[str, Any]) -> list[str]:
-    return [g["name"] for g in pod["spec"].get("schedulingGates", [])]
 
 
 # --- not ours -----------------------------------------------------------------
