@@ -325,8 +325,14 @@ def test_controller_killed_during_a_50_pod_scale_up(admin, controller, queue):
                      message=describe(admin, ns, "rc"))
     assert len(final["pods"]) == 51
     assert all(n == 1 for n in final["counts"].values())  # exactly one Workload each
-    cq = admin.get(CQS.path(None, f"e2e-{ns}"))
-    assert cq["status"]["admittedWorkloads"] == 31  # the head and 30 workers
+    # Kueue writes the ClusterQueue's status after the Workloads' own, on its
+    # own schedule: read it once it has caught up, and fail if it never does.
+    def admitted() -> int:
+        return admin.get(CQS.path(None, f"e2e-{ns}")).get("status", {}).get("admittedWorkloads")
+
+    wait_for(lambda: admitted() == 31, timeout=60,  # the head and 30 workers
+             message=lambda: f"ClusterQueue admittedWorkloads == 31, is {admitted()}")
+    assert admitted() == 31
     assert millicores(cq_usage(admin, ns)["cpu"]) == 100 + 30 * 200
 
 
