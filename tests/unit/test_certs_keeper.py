@@ -155,3 +155,24 @@ def test_placeholder_has_no_ca_and_never_overwrites(tmp_path: Path) -> None:
     before = (tmp_path / "tls.crt").read_bytes()
     assert not write_placeholder(tmp_path, ["svc.example"], [])
     assert (tmp_path / "tls.crt").read_bytes() == before
+
+
+def test_leadership_without_the_controller_still_tells_the_keeper(tmp_path: Path) -> None:
+    from app.leadership import ControllerHost
+    from app.settings import Settings
+
+    host = ControllerHost(None, Settings(leader_election=False, controller=False),  # type: ignore[arg-type]
+                          run_controller=False)
+    elected: list[int] = []
+    host.on_elected(lambda: elected.append(1))
+    assert not host.is_leader()
+    stop = threading.Event()
+    thread = threading.Thread(target=host.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(host.is_leader, timeout=5, message="leadership")
+        assert elected == [1] and host.controller is None
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive() and not host.is_leader()

@@ -478,3 +478,17 @@ def test_no_key_material_in_logs(fake: FakeSecrets, tmp_path: Path,
     for key in ("tls.key", "ca.key"):
         assert stored[key].decode() not in text
         assert fake.objects[PATH]["data"][key] not in text
+
+
+def test_describe_shows_the_stage_without_key_material(fake: FakeSecrets, tmp_path: Path) -> None:
+    ensure(fake, tmp_path)
+    fake.objects[PATH]["metadata"]["annotations"] = {"raykueue.io/rotate": "ca"}
+    lines = s.describe(fake.objects[PATH])
+    assert lines[0].startswith("ca.crt[0]:") and lines[0].endswith("signs the serving certificate")
+    assert any("raykueue.io/rotate=ca" in line for line in lines)
+    ensure(fake, tmp_path)
+    lines = s.describe(fake.objects[PATH])
+    assert lines[1].startswith("ca.crt[1]:") and lines[1].endswith("trusted")
+    assert any(line.startswith("rotation: new CA staged") for line in lines)
+    assert not any("raykueue.io/rotate" in line for line in lines)
+    assert "PRIVATE" not in "\n".join(lines)
