@@ -238,11 +238,20 @@ def cleanup() -> Iterator[list[Any]]:
 # -- the rotation under load ---------------------------------------------------------
 
 
-def test_ca_rotation_under_load_fails_no_admission(
-        api_stack, new_namespace, tmp_path: Path, cleanup, record_property) -> None:  # noqa: F811
-    ns = new_namespace("rot")
+@dataclass
+class Rig:
+    namespace: str
+    secret: str
+    replicas: list[RaykueueServer]
+    proxy: RoundRobinProxy
+    old_ca: bytes
+
+
+def start_rig(api_stack: devstack.Stack, ns: str, tmp_path: Path, cleanup: list[Any],
+              **env_overrides: str) -> Rig:
+    """Two replicas sharing a fresh Secret, behind the proxy, registered by URL at it."""
     secret = f"rk-tls-{uuid.uuid4().hex[:6]}"
-    env = replica_env(ns, secret, "raykueue-certs")
+    env = {**replica_env(ns, secret, "raykueue-certs"), **env_overrides}
     replicas = []
     for i in range(2):
         (tmp_path / str(i)).mkdir()
@@ -250,9 +259,7 @@ def test_ca_rotation_under_load_fails_no_admission(
                                  ready_timeout=120)
         cleanup.append(replica.stop)
         replicas.append(replica.start())  # the first waits for its own (leader's) Secret
-    api = api_stack.api
-    old = secret_data(api, ns, secret)
-    old_ca = old["ca.crt"]
+    old_ca = secret_data(api_stack.api, ns, secret)["ca.crt"]
     assert len(r.load_bundle(old_ca)) == 1
     for replica in replicas:
         assert r.issued_by(served_leaf(replica.port), old_ca)
@@ -263,6 +270,15 @@ def test_ca_rotation_under_load_fails_no_admission(
     cleanup.append(lambda: devstack.unregister_webhooks(api_stack.kubeconfig))
     wait_for(lambda: replicas[0]._called_by_api_server(), timeout=60,
              message="the API server to call the webhook through the proxy")
+    return Rig(ns, secret, replicas, proxy, old_ca)
+
+
+def test_ca_rotation_under_load_fails_no_admission(
+        api_stack, new_namespace, tmp_path: Path, cleanup, record_property) -> None:  # noqa: F811
+    ns = new_namespace("rot")
+    rig = start_rig(api_stack, ns, tmp_path, cleanup)
+    api, secret, replicas, proxy, old_ca = (api_stack.api, rig.secret, rig.replicas, rig.proxy,
+                                            rig.old_ca)
 
     load = Load(api, ns).start()
     cleanup.append(load.finish)
@@ -423,3 +439,41 @@ def test_only_the_leader_writes_and_it_repairs_the_ca_bundle(
                  timeout=30, message=f"{path} to be repaired")
         print(f"\n{path.rsplit('/', 2)[1]} caBundle repaired "
               f"{time.monotonic() - reset:.1f}s after a reset (interval 1s)")
+
+
+def test_serving_pair_waits_for_a_lagging_ca_bundle(
+        api_stack, new_namespace, tmp_path: Path, cleanup) -> None:  # noqa: F811
+    """Someone else injects the caBundle, slowly: the new CA must not be served before it."""
+    ns = new_namespace("rotlag")
+    rig = start_rig(api_stack, ns, tmp_path, cleanup, RAYKUEUE_INJECT_CA_BUNDLE="false")
+    api = api_stack.api
+    load = Load(api, ns).start()
+    cleanup.append(load.finish)
+    wait_for(lambda: load.succeeded >= 10 or load.failures, timeout=120,
+             message="the load loop to get going")
+    raykueue_cli(api_stack, "certs", "rotate", "--ca", "--secret", rig.secret, "-n", ns)
+    staged = wait_for(lambda: secret_data(api, ns, rig.secret).get("next-ca.crt"), timeout=60,
+                      message="stage 1 in the Secret")
+
+    # The caBundle lags: while it does, let the leader run many ticks (1 s) and the
+    # replicas many polls (0.5 s), and the load many admissions.
+    lag_until = load.requests + 150
+    while load.requests < lag_until and not load.stop.is_set():
+        for replica in rig.replicas:
+            assert r.issued_by(served_leaf(replica.port), rig.old_ca)
+        assert "next-ca.crt" in secret_data(api, ns, rig.secret)
+        target = min(lag_until, load.requests + 10)
+        wait_for(lambda t=target: load.requests >= t, timeout=60, message="more admissions")
+    assert load.failures == [], load.failures[:5]
+
+    bundle = secret_data(api, ns, rig.secret)["ca.crt"]
+    assert r.bundle_contains(bundle, staged)
+    devstack.register_webhooks(api_stack.kubeconfig, rig.proxy.url, bundle)
+    wait_for(lambda: all(r.issued_by(served_leaf(x.port), staged) for x in rig.replicas),
+             timeout=120, message="both replicas to move to the new CA once it is trusted")
+    at_switch = load.requests
+    wait_for(lambda: load.requests >= at_switch + 30 or load.stop.is_set(), timeout=120,
+             message="traffic after the switch")
+    load.finish()
+    print(f"\nlagging caBundle: {load.requests} requests, {len(load.failures)} failures")
+    assert load.failures == [], load.failures[:5]
