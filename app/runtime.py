@@ -8,6 +8,8 @@ the readiness checks.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +31,7 @@ from certs.store import (
     CertReloader,
     ensure_certs,
     make_server_ssl_context,
+    write_atomic,
 )
 from kube import resources as r
 from kube.cache import WatchCache
@@ -72,6 +75,7 @@ class Runtime:
     ssl_context: Any = None
     keeper: SecretCertKeeper | None = None
     leadership: Any = None  # app.leadership.ControllerHost, when campaigning
+    _listen_dir: Path | None = None
 
     # --- certificates ----------------------------------------------------------
     def start_certs(self) -> None:
@@ -82,13 +86,16 @@ class Runtime:
             self.cert_paths = ensure_certs(s.cert_dir, tuple(s.dns_names),
                                            tuple(s.ip_addresses))
         self.ssl_context = make_server_ssl_context(self.cert_paths)
-        self.reloader = CertReloader(
-            self.ssl_context, self.cert_paths.tls_cert, self.cert_paths.tls_key
-        )
+        live = Path(s.cert_dir)
+        self.reloader = CertReloader(self.ssl_context, live / TLS_CERT, live / TLS_KEY)
         self.reloader.on_reload(_cert_loaded)
         if self.keeper is not None:
             # Load a pair the keeper wrote at once, rather than at the next file poll.
             self.keeper.on_change = self.reloader.check
+            thread = threading.Thread(target=self.keeper.run, args=(self.stop,),
+                                      name="cert-secret", daemon=True)
+            thread.start()
+            self.threads.append(thread)
         elif s.inject_ca_bundle:
             self.reloader.on_reload(self._inject_ca_bundle)
             # Also on a timer: the configurations may be created (or reset by
@@ -123,12 +130,15 @@ class Runtime:
         if write_placeholder(root, list(s.dns_names), list(s.ip_addresses)):
             log.info("Secret %s/%s not there yet: serving a placeholder certificate, not ready",
                      s.pod_namespace, s.cert_secret)
-        thread = threading.Thread(target=self.keeper.run, args=(self.stop,),
-                                  name="cert-secret", daemon=True)
-        thread.start()
-        self.threads.append(thread)
-        ca = root / CA_CERT
-        return CertPaths(root, root / TLS_CERT, root / TLS_KEY, ca, False)
+        # The listener is set up from these paths after this returns, while the
+        # keeper may be rewriting the live files (key first, then certificate):
+        # a private copy of the pair as it is now keeps that load consistent.
+        # The reloader watches the live files.
+        self._listen_dir = Path(tempfile.mkdtemp(prefix="raykueue-listen-"))
+        for name, mode in ((TLS_CERT, 0o600), (TLS_KEY, 0o600)):
+            write_atomic(self._listen_dir / name, (root / name).read_bytes(), mode)
+        return CertPaths(root, self._listen_dir / TLS_CERT, self._listen_dir / TLS_KEY,
+                         root / CA_CERT, False)
 
     def _is_leader(self) -> bool:
         return self.leadership is not None and self.leadership.is_leader()
@@ -257,6 +267,8 @@ class Runtime:
             self.reloader.stop()
         for thread in self.threads:
             thread.join(timeout=10)
+        if self._listen_dir is not None:
+            shutil.rmtree(self._listen_dir, ignore_errors=True)
 
 
 def _cert_loaded(expires: datetime) -> None:
