@@ -1,4 +1,4 @@
-"""`raykueue serve` and `raykueue explain`."""
+"""`raykueue serve`, `raykueue explain` and `raykueue certs`."""
 
 from __future__ import annotations
 
@@ -42,6 +42,20 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("pod")
     explain.add_argument("-n", "--namespace", default="default")
     explain.add_argument("--kubeconfig")
+
+    certs = sub.add_parser("certs", help="inspect or rotate the certificate Secret")
+    certs_sub = certs.add_subparsers(dest="certs_command", required=True)
+    rotate = certs_sub.add_parser(
+        "rotate", help="ask the leader to rotate: the serving certificate, or with --ca the CA",
+        description="Marks the Secret; the replica holding the Lease rotates it (a CA in two "
+        "stages: trusted first, served second) and removes the mark.")
+    rotate.add_argument("--ca", action="store_true", help="rotate the CA, not only the serving "
+                        "certificate")
+    status = certs_sub.add_parser("status", help="show the Secret's CAs and rotation stage")
+    for p in (rotate, status):
+        p.add_argument("--secret", help="Secret name (default: RAYKUEUE_CERT_SECRET)")
+        p.add_argument("-n", "--namespace", help="its namespace (default: RAYKUEUE_POD_NAMESPACE)")
+        p.add_argument("--kubeconfig")
     return parser
 
 
@@ -52,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.command == "serve":
         return serve(Settings(**overrides))
+    if args.command == "certs":
+        return certs(args)
     return explain(args.pod, args.namespace, args.kubeconfig)
 
 
@@ -107,6 +123,39 @@ def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
         return 2
     print(explain_pod(Rest(api), namespace, pod))
     return 0
+
+
+def certs(args: argparse.Namespace) -> int:
+    from certs.rotation import ROTATE_CA, ROTATE_SERVING
+    from certs.secret import SECRETS, describe, request_rotation
+    from kube.client import load_api_client
+    from kube.rest import ApiError, Rest
+
+    settings = Settings()
+    name = args.secret or settings.cert_secret
+    namespace = args.namespace or settings.pod_namespace
+    if not name:
+        print("raykueue certs: name the Secret (--secret or RAYKUEUE_CERT_SECRET)", file=sys.stderr)
+        return 2
+    api = load_api_client(args.kubeconfig or settings.kubeconfig)
+    if api is None:
+        print("raykueue certs: no cluster reachable (set --kubeconfig or KUBECONFIG)",
+              file=sys.stderr)
+        return 2
+    rest = Rest(api)
+    try:
+        if args.certs_command == "rotate":
+            what = ROTATE_CA if args.ca else ROTATE_SERVING
+            request_rotation(rest, namespace, name, what)
+            print(f"Secret {namespace}/{name} marked for {what} rotation; the leader acts on "
+                  "its next tick (see `raykueue certs status`)")
+            return 0
+        for line in describe(rest.get(SECRETS.path(namespace, name))):
+            print(line)
+        return 0
+    except ApiError as exc:
+        print(f"raykueue certs: Secret {namespace}/{name}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

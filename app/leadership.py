@@ -1,4 +1,9 @@
-"""Run the controller on one replica at a time; every replica keeps serving webhooks."""
+"""Run the controller (and the certificate Secret's writer) on one replica at a time.
+
+Every replica keeps serving webhooks. Whoever holds the Lease runs the
+controller when it is enabled, and `is_leader()` tells other parts (the
+certificate keeper) whether they may write.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +54,13 @@ class ControllerHost:
     controller leaves alone because Kueue also claims them.
     """
 
-    def __init__(self, rest: Rest, settings: Settings) -> None:
+    def __init__(self, rest: Rest, settings: Settings, *, run_controller: bool = True) -> None:
         self.rest = rest
         self.settings = settings
+        self.run_controller = run_controller
         self.controller: Any = None
+        self._lost: threading.Event | None = None
+        self._on_elected: list[Callable[[], None]] = []
         # Hostname alone repeats across restarts of one pod; the suffix makes a
         # restarted process a new candidate rather than the old holder.
         host = os.environ.get("HOSTNAME") or socket.gethostname()
@@ -67,15 +76,35 @@ class ControllerHost:
         log.info("campaigning for lease %s/%s as %s", namespace, s.lease_name, self.identity)
         elector.run(self._lead, stop)
 
-    def _lead(self, lost: threading.Event) -> None:
-        from controller.loop import Controller
+    def is_leader(self) -> bool:
+        """True between gaining the Lease and the moment its loss is noticed."""
+        lost = self._lost
+        return lost is not None and not lost.is_set()
 
-        self.controller = Controller(self.rest, controller_config(self.settings),
-                                     EventRecorder(self.rest, COMPONENT))
+    def on_elected(self, fn: Callable[[], None]) -> None:
+        self._on_elected.append(fn)
+
+    def _lead(self, lost: threading.Event) -> None:
+        self._lost = lost
+        for fn in self._on_elected:
+            try:
+                fn()
+            except Exception:
+                log.exception("on-elected hook %r failed", fn)
         try:
-            self.controller.run(lost)
+            if not self.run_controller:
+                lost.wait()
+                return
+            from controller.loop import Controller
+
+            self.controller = Controller(self.rest, controller_config(self.settings),
+                                         EventRecorder(self.rest, COMPONENT))
+            try:
+                self.controller.run(lost)
+            finally:
+                self.controller = None
         finally:
-            self.controller = None
+            self._lost = None
 
     def status(self) -> tuple[bool, str]:
         controller = self.controller

@@ -8,10 +8,13 @@ the readiness checks.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from app.lookup import ClusterView, keep_metadata, keep_value
@@ -19,8 +22,17 @@ from app.metrics import CERT_EXPIRY, CERT_RELOADS
 from app.server import ASGIApp, Readiness, build_app
 from app.settings import Settings
 from certs.inject import inject_ca_bundle
-from certs.secret import ensure_secret_certs, keep_secret_certs
-from certs.store import CertPaths, CertReloader, ensure_certs, make_server_ssl_context
+from certs.keeper import SecretCertKeeper, write_placeholder
+from certs.store import (
+    CA_CERT,
+    TLS_CERT,
+    TLS_KEY,
+    CertPaths,
+    CertReloader,
+    ensure_certs,
+    make_server_ssl_context,
+    write_atomic,
+)
 from kube import resources as r
 from kube.cache import WatchCache
 from kube.client import load_api_client
@@ -61,19 +73,30 @@ class Runtime:
     cert_paths: CertPaths | None = None
     reloader: CertReloader | None = None
     ssl_context: Any = None
+    keeper: SecretCertKeeper | None = None
+    leadership: Any = None  # app.leadership.ControllerHost, when campaigning
+    _listen_dir: Path | None = None
 
     # --- certificates ----------------------------------------------------------
     def start_certs(self) -> None:
         s = self.settings
         if s.cert_secret:
-            self._sync_secret_certs()
-        self.cert_paths = ensure_certs(s.cert_dir, tuple(s.dns_names), tuple(s.ip_addresses))
+            self.cert_paths = self._start_secret_certs()
+        else:
+            self.cert_paths = ensure_certs(s.cert_dir, tuple(s.dns_names),
+                                           tuple(s.ip_addresses))
         self.ssl_context = make_server_ssl_context(self.cert_paths)
-        self.reloader = CertReloader(
-            self.ssl_context, self.cert_paths.tls_cert, self.cert_paths.tls_key
-        )
+        live = Path(s.cert_dir)
+        self.reloader = CertReloader(self.ssl_context, live / TLS_CERT, live / TLS_KEY)
         self.reloader.on_reload(_cert_loaded)
-        if s.inject_ca_bundle:
+        if self.keeper is not None:
+            # Load a pair the keeper wrote at once, rather than at the next file poll.
+            self.keeper.on_change = self.reloader.check
+            thread = threading.Thread(target=self.keeper.run, args=(self.stop,),
+                                      name="cert-secret", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        elif s.inject_ca_bundle:
             self.reloader.on_reload(self._inject_ca_bundle)
             # Also on a timer: the configurations may be created (or reset by
             # a re-apply of the manifests) after this process started.
@@ -82,21 +105,43 @@ class Runtime:
             self.threads.append(thread)
         self.reloader.start()
 
-    def _sync_secret_certs(self) -> None:
+    def _start_secret_certs(self) -> CertPaths:
+        """Serve from the Secret; until it is read, a placeholder pair and /readyz false."""
         s = self.settings
         if self.rest is None:
             raise RuntimeError(
                 f"RAYKUEUE_CERT_SECRET={s.cert_secret} needs a reachable cluster to read the Secret"
             )
         assert s.cert_secret is not None
-        args = (self.rest, s.pod_namespace, s.cert_secret, s.cert_dir, s.dns_names,
-                s.ip_addresses)
-        ensure_secret_certs(*args)
-        # Another replica may rotate the pair; the reloader then sees new files.
-        thread = threading.Thread(target=keep_secret_certs, args=(*args, self.stop),
-                                  name="cert-secret", daemon=True)
-        thread.start()
-        self.threads.append(thread)
+        root = Path(s.cert_dir)
+        self.keeper = SecretCertKeeper(
+            self.rest, s.pod_namespace, s.cert_secret, root, list(s.dns_names),
+            list(s.ip_addresses), is_leader=self._is_leader,
+            mutating_config=c.MUTATING_WEBHOOK_CONFIG,
+            validating_config=c.VALIDATING_WEBHOOK_CONFIG, inject=s.inject_ca_bundle,
+            poll_seconds=s.cert_secret_poll_seconds,
+            leader_seconds=s.ca_bundle_interval_seconds,
+            settle_seconds=s.ca_trust_settle_seconds)
+        try:
+            self.keeper.tick()  # not leading yet: only reads
+        except Exception as exc:
+            log.warning("reading certificate Secret %s/%s failed (retrying): %s",
+                        s.pod_namespace, s.cert_secret, exc)
+        if write_placeholder(root, list(s.dns_names), list(s.ip_addresses)):
+            log.info("Secret %s/%s not there yet: serving a placeholder certificate, not ready",
+                     s.pod_namespace, s.cert_secret)
+        # The listener is set up from these paths after this returns, while the
+        # keeper may be rewriting the live files (key first, then certificate):
+        # a private copy of the pair as it is now keeps that load consistent.
+        # The reloader watches the live files.
+        self._listen_dir = Path(tempfile.mkdtemp(prefix="raykueue-listen-"))
+        for name, mode in ((TLS_CERT, 0o600), (TLS_KEY, 0o600)):
+            write_atomic(self._listen_dir / name, (root / name).read_bytes(), mode)
+        return CertPaths(root, self._listen_dir / TLS_CERT, self._listen_dir / TLS_KEY,
+                         root / CA_CERT, False)
+
+    def _is_leader(self) -> bool:
+        return self.leadership is not None and self.leadership.is_leader()
 
     def _keep_ca_bundle(self) -> None:
         while not self.stop.wait(self.settings.ca_bundle_interval_seconds):
@@ -163,14 +208,20 @@ class Runtime:
         self.caches.append(cache)
         return cache
 
-    def start_controller(self) -> None:
-        if self.rest is None or not self.settings.controller:
+    def start_leadership(self) -> None:
+        """Campaign for the Lease when the controller or the certificate Secret needs a leader."""
+        s = self.settings
+        if self.rest is None or not (s.controller or self.keeper is not None):
             return
         from app.leadership import ControllerHost
 
-        self.controller = ControllerHost(self.rest, self.settings)
-        thread = threading.Thread(target=self.controller.run, args=(self.stop,),
-                                  name="controller", daemon=True)
+        self.leadership = ControllerHost(self.rest, s, run_controller=s.controller)
+        if s.controller:
+            self.controller = self.leadership
+        if self.keeper is not None:
+            self.leadership.on_elected(self.keeper.wake)
+        thread = threading.Thread(target=self.leadership.run, args=(self.stop,),
+                                  name="leadership", daemon=True)
         thread.start()
         self.threads.append(thread)
 
@@ -178,7 +229,7 @@ class Runtime:
     def build(self) -> ASGIApp:
         view = self.connect()  # first: certificates may come from a Secret
         self.start_certs()
-        self.start_controller()
+        self.start_leadership()
         readiness = [Readiness("certificates", self._certs_ready)]
         if view.online:
             readiness.append(Readiness("caches", self._caches_ready))
@@ -194,6 +245,10 @@ class Runtime:
     def _certs_ready(self) -> tuple[bool, str]:
         if self.reloader is None or not self.reloader.loaded:
             return False, "serving certificate not loaded"
+        if self.keeper is not None and not self.keeper.synced:
+            s = self.settings
+            why = f": {self.keeper.last_error}" if self.keeper.last_error else ""
+            return False, f"waiting for Secret {s.pod_namespace}/{s.cert_secret}{why}"
         return True, f"serving certificate valid until {self.reloader.not_after:%Y-%m-%dT%H:%M:%SZ}"
 
     def _caches_ready(self) -> tuple[bool, str]:
@@ -204,12 +259,16 @@ class Runtime:
 
     def shutdown(self) -> None:
         self.stop.set()
+        if self.keeper is not None:
+            self.keeper.wake()
         for cache in self.caches:
             cache.stop()
         if self.reloader is not None:
             self.reloader.stop()
         for thread in self.threads:
             thread.join(timeout=10)
+        if self._listen_dir is not None:
+            shutil.rmtree(self._listen_dir, ignore_errors=True)
 
 
 def _cert_loaded(expires: datetime) -> None:

@@ -33,13 +33,21 @@ class Settings(BaseSettings):
     # caps an object at 1.5 MiB, so 4 MiB leaves room and stops abuse.
     max_body_bytes: int = 4 * 1024 * 1024
     # Multi-replica installs share one CA and serving pair through this Secret
-    # (kubernetes.io/tls in pod_namespace); the first replica creates it.
+    # (kubernetes.io/tls in pod_namespace). The Lease holder creates, rotates and
+    # injects it; every replica reads it through the API every poll interval.
     cert_secret: str | None = None
     pod_namespace: str = "raykueue-system"
+    cert_secret_poll_seconds: float = 10.0
     # Write our CA into the two webhook configurations' caBundle (in-cluster
     # installs; tests register their own webhooks with the CA they generated).
+    # With cert_secret only the leader writes; a reset caBundle is put back
+    # within min(cert_secret_poll_seconds, ca_bundle_interval_seconds).
     inject_ca_bundle: bool = False
     ca_bundle_interval_seconds: float = 60.0
+    # A CA rotation reissues the serving pair only after both configurations'
+    # caBundle have held the new CA this long (the API server applies a
+    # changed configuration through a watch, a moment after our read-back).
+    ca_trust_settle_seconds: float = 5.0
     log_level: str = "INFO"
 
     # --- cluster ---------------------------------------------------------------

@@ -9,10 +9,12 @@ instead of giving a webhook the wrong entry.
 from __future__ import annotations
 
 import base64
+import binascii
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from certs.rotation import bundle_contains
 from kube.resources import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
@@ -41,6 +43,45 @@ def ca_bundle_ops(config: Mapping[str, Any], ca_pem: bytes) -> list[dict[str, An
     return ops
 
 
+def config_trusts(config: Mapping[str, Any], ca_pem: bytes) -> bool:
+    """Whether every webhook of `config` has `ca_pem`'s first certificate in its caBundle."""
+    for hook in config.get("webhooks") or []:
+        encoded = (hook.get("clientConfig") or {}).get("caBundle") or ""
+        try:
+            bundle = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        if not bundle_contains(bundle, ca_pem):
+            return False
+    return True
+
+
+def _targets(mutating_name: str | None,
+             validating_name: str | None) -> list[tuple[Resource, str]]:
+    return [(resource, name) for resource, name in (
+        (MUTATING_WEBHOOK_CONFIGURATIONS, mutating_name),
+        (VALIDATING_WEBHOOK_CONFIGURATIONS, validating_name)) if name]
+
+
+def configs_trust(rest: Rest, ca_pem: bytes, mutating_name: str | None,
+                  validating_name: str | None) -> bool:
+    """Whether both configurations, as the API serves them now, trust `ca_pem`.
+
+    A configuration that does not exist counts as trusting: nothing calls a
+    webhook that is not registered, so nothing can fail for it.
+    """
+    for resource, name in _targets(mutating_name, validating_name):
+        try:
+            config = rest.get(resource.path(name=name))
+        except ApiError as exc:
+            if exc.is_not_found:
+                continue
+            raise
+        if not config_trusts(config, ca_pem):
+            return False
+    return True
+
+
 def inject_ca_bundle(rest: Rest, ca_pem: bytes, mutating_name: str | None,
                      validating_name: str | None) -> int:
     """Set caBundle on both configurations; returns how many webhooks changed.
@@ -49,13 +90,7 @@ def inject_ca_bundle(rest: Rest, ca_pem: bytes, mutating_name: str | None,
     has only one kind) is skipped with a warning; other API errors raise.
     """
     changed = 0
-    targets: list[tuple[Resource, str | None]] = [
-        (MUTATING_WEBHOOK_CONFIGURATIONS, mutating_name),
-        (VALIDATING_WEBHOOK_CONFIGURATIONS, validating_name),
-    ]
-    for resource, name in targets:
-        if not name:
-            continue
+    for resource, name in _targets(mutating_name, validating_name):
         path = resource.path(name=name)
         try:
             config = rest.get(path)

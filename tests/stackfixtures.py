@@ -202,7 +202,8 @@ class RaykueueServer:
                 "--cert-dir", str(self.cert_dir), "--kubeconfig", str(self.stack.kubeconfig),
                 *self.extra_args]
 
-    def start(self) -> RaykueueServer:
+    def start(self, *, wait_ready: bool = True) -> RaykueueServer:
+        """Start; unless `wait_ready` is False, wait for /readyz and register the webhooks."""
         if self.running:
             return self
         env = {**os.environ, "KUBECONFIG": str(self.stack.kubeconfig), **self.extra_env}
@@ -213,6 +214,8 @@ class RaykueueServer:
                                      stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
                                      start_new_session=True)
         log.close()
+        if not wait_ready:
+            return self
         try:
             wait_for(self._ready, timeout=self.ready_timeout, interval=0.2,
                      message=lambda: f"raykueue /readyz on {self.url}; log:\n{self.logs()}",

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from certs.inject import ca_bundle_ops, inject_ca_bundle
+from certs.inject import ca_bundle_ops, config_trusts, inject_ca_bundle
+from certs.rotation import issue_material
 from kube.rest import ApiError
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -88,3 +89,15 @@ def test_inject_propagates_other_errors() -> None:
     rest = FakeRest({}, error=ApiError(403, "Forbidden"))
     with pytest.raises(ApiError):
         inject_ca_bundle(rest, CA, "m", "v")  # type: ignore[arg-type]
+
+
+def test_config_trusts_needs_the_ca_in_every_webhook() -> None:
+    old, new = issue_material(["a"], []).ca_cert, issue_material(["b"], []).ca_cert
+    both = base64.b64encode(old + new).decode()
+    only_old = base64.b64encode(old).decode()
+    assert config_trusts(config(both, both), new)
+    assert not config_trusts(config(both, only_old), new)
+    assert not config_trusts(config(both, None), new)
+    assert not config_trusts(config("not base64!"), new)
+    assert config_trusts(config(only_old), old)
+    assert config_trusts({"webhooks": []}, new)

@@ -12,7 +12,6 @@ import base64
 import copy
 import logging
 import os
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +22,7 @@ from cryptography import x509
 
 from certs import secret as s
 from certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
+from certs.rotation import pair_matches
 from kube.rest import ApiError
 
 pytestmark = pytest.mark.unit
@@ -358,7 +358,7 @@ def test_mismatched_serving_key_is_reissued(fake: FakeSecrets, tmp_path: Path) -
     ensure(fake, tmp_path)
     assert fake.writes() == ["create", "replace"]
     stored = fake.stored()
-    assert s._pair_matches(stored["tls.crt"], stored["tls.key"])
+    assert pair_matches(stored["tls.crt"], stored["tls.key"])
 
 
 def test_secret_without_ca_key_is_served_as_given(
@@ -383,23 +383,70 @@ def test_secret_without_ca_leaves_no_stale_ca_file(fake: FakeSecrets, tmp_path: 
     assert (tmp_path / "tls.crt").exists()
 
 
-def test_expiring_ca_is_replaced_and_old_one_stays_trusted(
-        fake: FakeSecrets, tmp_path: Path) -> None:
+def test_expiring_ca_is_rotated_in_two_stages(fake: FakeSecrets, tmp_path: Path) -> None:
     ensure(fake, tmp_path, ca_days=20)
     old = fake.stored()
     ensure(fake, tmp_path)
-    new = fake.stored()
+    staged = fake.stored()
     assert fake.writes() == ["create", "replace"]
-    assert new["ca.key"] != old["ca.key"]
-    bundle = x509.load_pem_x509_certificates(new["ca.crt"])
-    assert len(bundle) == 2
-    assert cert_to_pem(bundle[1]) == old["ca.crt"]
-    load(new["tls.crt"]).verify_directly_issued_by(bundle[0])
-    load(old["tls.crt"]).verify_directly_issued_by(bundle[1])
-    assert (tmp_path / "ca.crt").read_bytes() == new["ca.crt"]
-    # The bundle is stable: the next run changes nothing.
+    # Stage 1: the new CA joins the bundle; the served pair and the signing CA stay.
+    assert staged["tls.crt"] == old["tls.crt"] and staged["ca.key"] == old["ca.key"]
+    bundle = x509.load_pem_x509_certificates(staged["ca.crt"])
+    assert [cert_to_pem(c) for c in bundle] == [old["ca.crt"], staged["next-ca.crt"]]
+    assert (tmp_path / "tls.crt").read_bytes() == old["tls.crt"]
+    assert (tmp_path / "ca.crt").read_bytes() == staged["ca.crt"]
+    # Untrusted: nothing moves, however often it runs.
     ensure(fake, tmp_path)
     assert fake.writes() == ["create", "replace"]
+
+    asked: list[bytes] = []
+    ensure(fake, tmp_path, pending_trusted=lambda pem: asked.append(pem) or True)
+    assert asked == [staged["next-ca.crt"]]
+    new = fake.stored()
+    assert fake.writes() == ["create", "replace", "replace"]
+    assert "next-ca.crt" not in new and "next-ca.key" not in new
+    bundle = x509.load_pem_x509_certificates(new["ca.crt"])
+    assert [cert_to_pem(c) for c in bundle] == [staged["next-ca.crt"], old["ca.crt"]]
+    load(new["tls.crt"]).verify_directly_issued_by(bundle[0])
+    assert new["ca.key"] == staged["next-ca.key"]
+    assert (tmp_path / "tls.crt").read_bytes() == new["tls.crt"]
+    # Stable afterwards.
+    ensure(fake, tmp_path, pending_trusted=lambda pem: True)
+    assert fake.writes() == ["create", "replace", "replace"]
+
+
+def test_rotate_request_is_honoured_and_cleared(fake: FakeSecrets, tmp_path: Path) -> None:
+    ensure(fake, tmp_path)
+    before = fake.stored()
+    fake.objects[PATH]["metadata"]["annotations"] = {"raykueue.io/rotate": "ca",
+                                                     "keep": "me"}
+    ensure(fake, tmp_path)
+    assert fake.objects[PATH]["metadata"]["annotations"] == {"keep": "me"}
+    staged = fake.stored()
+    assert staged["tls.crt"] == before["tls.crt"] and "next-ca.crt" in staged
+
+    # A request during a pending rotation waits for it and is cleared by the switch.
+    fake.objects[PATH]["metadata"]["annotations"]["raykueue.io/rotate"] = "serving"
+    ensure(fake, tmp_path, pending_trusted=lambda pem: True)
+    after = fake.stored()
+    assert fake.objects[PATH]["metadata"]["annotations"] == {"keep": "me"}
+    load(after["tls.crt"]).verify_directly_issued_by(load(staged["next-ca.crt"]))
+
+    fake.objects[PATH]["metadata"]["annotations"]["raykueue.io/rotate"] = "serving"
+    ensure(fake, tmp_path)
+    renewed = fake.stored()
+    assert fake.objects[PATH]["metadata"]["annotations"] == {"keep": "me"}
+    assert renewed["tls.crt"] != after["tls.crt"] and renewed["ca.crt"] == after["ca.crt"]
+    load(renewed["tls.crt"]).verify_directly_issued_by(load(staged["next-ca.crt"]))
+
+
+def test_reading_never_writes(fake: FakeSecrets, tmp_path: Path) -> None:
+    assert s.read_secret_material(fake, NS, NAME) is None
+    ensure(fake, tmp_path / "leader", serving_days=10)  # due for renewal
+    fake.objects[PATH]["metadata"]["annotations"] = {"raykueue.io/rotate": "ca"}
+    material = s.read_secret_material(fake, NS, NAME)
+    assert material is not None and material.tls_cert == fake.stored()["tls.crt"]
+    assert fake.writes() == ["create"]
 
 
 def test_needs_a_name_to_serve(fake: FakeSecrets, tmp_path: Path) -> None:
@@ -433,43 +480,15 @@ def test_no_key_material_in_logs(fake: FakeSecrets, tmp_path: Path,
         assert fake.objects[PATH]["data"][key] not in text
 
 
-def test_keep_secret_certs_picks_up_another_replicas_rotation(
-        fake: FakeSecrets, tmp_path: Path) -> None:
-    ensure(fake, tmp_path / "a")
-    stop = threading.Event()
-    thread = threading.Thread(target=s.keep_secret_certs, daemon=True, args=(
-        fake, NS, NAME, tmp_path / "a", DNS, [], stop), kwargs={"interval_seconds": 0.05})
-    thread.start()
-    try:
-        # Another replica (new SAN list) rotates the Secret.
-        ensure(fake, tmp_path / "b", dns=[*DNS, "extra.example"])
-        want = fake.stored()["tls.crt"]
-        deadline = datetime.now(UTC) + timedelta(seconds=5)
-        while datetime.now(UTC) < deadline:
-            if (tmp_path / "a" / "tls.crt").read_bytes() == want:
-                break
-            stop.wait(0.02)
-        assert (tmp_path / "a" / "tls.crt").read_bytes() == want
-    finally:
-        stop.set()
-        thread.join(5)
-    assert not thread.is_alive()
-
-
-def test_keep_secret_certs_survives_errors(fake: FakeSecrets, tmp_path: Path,
-                                           caplog: pytest.LogCaptureFixture) -> None:
-    fake.fail = ApiError(0, "ConnectionRefused")
-    stop = threading.Event()
-    thread = threading.Thread(target=s.keep_secret_certs, daemon=True, args=(
-        fake, NS, NAME, tmp_path, DNS, [], stop), kwargs={"interval_seconds": 0.02})
-    with caplog.at_level(logging.WARNING, logger="certs.secret"):
-        thread.start()
-        stop.wait(0.2)
-        fake.fail = None
-        deadline = datetime.now(UTC) + timedelta(seconds=5)
-        while not (tmp_path / "tls.crt").exists() and datetime.now(UTC) < deadline:
-            stop.wait(0.02)
-        stop.set()
-        thread.join(5)
-    assert (tmp_path / "tls.crt").exists()
-    assert "failed" in caplog.text
+def test_describe_shows_the_stage_without_key_material(fake: FakeSecrets, tmp_path: Path) -> None:
+    ensure(fake, tmp_path)
+    fake.objects[PATH]["metadata"]["annotations"] = {"raykueue.io/rotate": "ca"}
+    lines = s.describe(fake.objects[PATH])
+    assert lines[0].startswith("ca.crt[0]:") and lines[0].endswith("signs the serving certificate")
+    assert any("raykueue.io/rotate=ca" in line for line in lines)
+    ensure(fake, tmp_path)
+    lines = s.describe(fake.objects[PATH])
+    assert lines[1].startswith("ca.crt[1]:") and lines[1].endswith("trusted")
+    assert any(line.startswith("rotation: new CA staged") for line in lines)
+    assert not any("raykueue.io/rotate" in line for line in lines)
+    assert "PRIVATE" not in "\n".join(lines)

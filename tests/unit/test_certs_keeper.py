@@ -1,0 +1,178 @@
+"""certs.keeper: who writes, what is served, and when a staged CA may be used."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from certs import rotation as r
+from certs.keeper import SecretCertKeeper, write_placeholder
+from kube.rest import ApiError
+from tests.unit.test_certs_secret import NAME, NS, PATH, FakeSecrets, ensure
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.unit
+
+MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/m"
+VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/v"
+
+
+class FakeApi(FakeSecrets):
+    """Secrets plus two webhook configurations, with JSON patches applied to caBundle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for path in (MUTATING, VALIDATING):
+            self.objects[path] = {"metadata": {"name": path.rsplit("/", 1)[1]}, "webhooks": [
+                {"name": "h.example.io", "clientConfig": {"url": "https://x"}}]}
+
+    def json_patch(self, path: str, ops: list[dict[str, Any]], **_: Any) -> Any:
+        self.calls.append(("patch", path))
+        hooks = self.objects[path]["webhooks"]
+        for op in ops:
+            if op["op"] == "add":
+                index = int(op["path"].split("/")[2])
+                hooks[index]["clientConfig"]["caBundle"] = op["value"]
+        return self.objects[path]
+
+    def bundle(self, path: str) -> bytes:
+        return base64.b64decode(self.objects[path]["webhooks"][0]["clientConfig"]["caBundle"])
+
+    def reset(self, path: str) -> None:
+        self.objects[path]["webhooks"][0]["clientConfig"]["caBundle"] = "Cg=="
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def keeper(api: FakeApi, cert_dir: Path, *, leader: bool, clock: Clock | None = None,
+           changes: list[int] | None = None) -> SecretCertKeeper:
+    return SecretCertKeeper(
+        api, NS, NAME, cert_dir, ["svc.example"], ["127.0.0.1"], is_leader=lambda: leader,
+        mutating_config="m", validating_config="v", settle_seconds=5.0,
+        clock=clock or Clock(),
+        on_change=(lambda: changes.append(1)) if changes is not None else (lambda: None))
+
+
+def test_non_leader_waits_for_the_secret_and_never_writes(tmp_path: Path) -> None:
+    api = FakeApi()
+    changes: list[int] = []
+    k = keeper(api, tmp_path / "replica", leader=False, changes=changes)
+    k.tick()
+    assert not k.synced and not (tmp_path / "replica" / "tls.crt").exists()
+    assert api.writes() == []
+
+    ensure(api, tmp_path / "leader", serving_days=10)  # created elsewhere, and due
+    api.objects[PATH]["metadata"]["annotations"] = {r.ROTATE_ANNOTATION: r.ROTATE_CA}
+    version = api.objects[PATH]["metadata"]["resourceVersion"]
+    for _ in range(3):
+        k.tick()
+    assert k.synced and changes == [1]
+    assert (tmp_path / "replica" / "tls.crt").read_bytes() == api.stored()["tls.crt"]
+    assert api.writes() == ["create"]
+    assert api.objects[PATH]["metadata"]["resourceVersion"] == version
+    assert "caBundle" not in str(api.objects[MUTATING])  # nor injects
+
+
+def test_leader_creates_injects_and_repairs(tmp_path: Path) -> None:
+    api = FakeApi()
+    k = keeper(api, tmp_path, leader=True)
+    k.tick()
+    assert k.synced and api.writes() == ["create", "patch", "patch"]
+    ca = api.stored()["ca.crt"]
+    assert api.bundle(MUTATING) == ca and api.bundle(VALIDATING) == ca
+    k.tick()
+    assert api.writes() == ["create", "patch", "patch"]  # nothing to do
+    api.reset(VALIDATING)
+    k.tick()
+    assert api.bundle(VALIDATING) == ca
+    assert api.writes() == ["create", "patch", "patch", "patch"]
+
+
+def test_leader_switches_only_after_both_configurations_trusted_for_the_settle_time(
+        tmp_path: Path) -> None:
+    api = FakeApi()
+    clock = Clock()
+    k = keeper(api, tmp_path, leader=True, clock=clock)
+    k.tick()
+    first = api.stored()
+    api.objects[PATH]["metadata"]["annotations"] = {r.ROTATE_ANNOTATION: r.ROTATE_CA}
+    k.tick()  # stage 1 written and injected in the same tick
+    staged = api.stored()
+    assert staged["tls.crt"] == first["tls.crt"]
+    assert api.bundle(MUTATING) == staged["ca.crt"] == api.bundle(VALIDATING)
+
+    # Someone resets one configuration: trust is lost, the clock restarts.
+    api.reset(MUTATING)
+    clock.t = 100.0
+    k.tick()  # sees it untrusted (then repairs it)
+    assert api.stored()["tls.crt"] == first["tls.crt"]
+    clock.t = 101.0
+    k.tick()  # trusted now, since t=101
+    clock.t = 105.5
+    k.tick()
+    assert api.stored()["tls.crt"] == first["tls.crt"]
+    clock.t = 106.5
+    k.tick()
+    switched = api.stored()
+    assert r.issued_by(switched["tls.crt"], staged["next-ca.crt"])
+    assert (tmp_path / "tls.crt").read_bytes() == switched["tls.crt"]
+    assert api.bundle(MUTATING) == switched["ca.crt"]
+
+
+def test_loop_survives_api_errors(tmp_path: Path) -> None:
+    api = FakeApi()
+    api.fail = ApiError(0, "ConnectionRefused")
+    k = keeper(api, tmp_path, leader=True)
+    k.poll_seconds = k.leader_seconds = 0.01
+    stop = threading.Event()
+    thread = threading.Thread(target=k.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: k.last_error is not None, timeout=5, message="a failed tick")
+        assert not k.synced
+        api.fail = None
+        wait_for(lambda: k.synced and k.last_error is None, timeout=5, message="recovery")
+    finally:
+        stop.set()
+        k.wake()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_placeholder_has_no_ca_and_never_overwrites(tmp_path: Path) -> None:
+    assert write_placeholder(tmp_path, ["svc.example"], [])
+    assert (tmp_path / "tls.crt").exists() and not (tmp_path / "ca.crt").exists()
+    before = (tmp_path / "tls.crt").read_bytes()
+    assert not write_placeholder(tmp_path, ["svc.example"], [])
+    assert (tmp_path / "tls.crt").read_bytes() == before
+
+
+def test_leadership_without_the_controller_still_tells_the_keeper(tmp_path: Path) -> None:
+    from app.leadership import ControllerHost
+    from app.settings import Settings
+
+    host = ControllerHost(None, Settings(leader_election=False, controller=False),  # type: ignore[arg-type]
+                          run_controller=False)
+    elected: list[int] = []
+    host.on_elected(lambda: elected.append(1))
+    assert not host.is_leader()
+    stop = threading.Event()
+    thread = threading.Thread(target=host.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(host.is_leader, timeout=5, message="leadership")
+        assert elected == [1] and host.controller is None
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive() and not host.is_leader()
