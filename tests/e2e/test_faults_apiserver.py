@@ -64,6 +64,22 @@ class Reads:
                 self.watches[path.rsplit("/", 1)[-1]] += 1
             return watch(path, query, **kw)
 
+        create = rest.create
+        self.creates: collections.Counter[str] = collections.Counter()
+
+        def counted_create(path: str, body: Any, *args: Any, **kw: Any) -> Any:
+            outcome = "created"
+            try:
+                return create(path, body, *args, **kw)
+            except ApiError as exc:
+                outcome = "already exists" if exc.is_already_exists else f"failed ({exc.status})"
+                raise
+            finally:
+                if path.endswith("/workloads"):
+                    with self._lock:
+                        self.creates[outcome] += 1
+
+        rest.create = counted_create  # type: ignore[method-assign]
         rest.get = counted_get  # type: ignore[method-assign]
         rest.watch = counted_watch  # type: ignore[method-assign]
 
@@ -126,13 +142,17 @@ def test_watches_resume_after_an_apiserver_restart(
     creates = [x for x in as_controller.writes if x[0] == "POST" and "workloads" in x[1]]
     print(f"\n[faults] API server down and back in {outage:.1f}s; controller LISTs before "
           f"{lists_before}, after the restart {relists}; WATCH requests after {rewatches}; "
-          f"Workload creates {len(creates)} for {len(made)} pods")
+          f"Workload create requests {dict(reads.creates)} for {len(made)} pods")
     # One LIST per watched resource at most (a 410 would cost exactly one);
     # resuming from the last resourceVersion costs none.
     assert set(lists_before) >= {"pods", "workloads", "resourceflavors",
                                  "workloadpriorityclasses"}
     assert all(n <= 1 for n in relists.values()), relists
-    assert len(creates) == len(made) == len({x[1] for x in creates})
+    # Every create asked for the pod's deterministic name, so a retried or
+    # repeated one can only meet AlreadyExists, never make a second Workload.
+    assert len({x[1] for x in creates}) == len(made)
+    assert reads.creates["created"] == len(made)
+    assert one_workload_each(admin, ns, made)
     # Watches are re-opened with backoff, not in a tight loop.
     assert all(n <= 10 for n in rewatches.values()), rewatches
     assert running.controller.synced
