@@ -96,6 +96,7 @@ def test_ten_thousand_bad_reviews(server: RaykueueServer) -> None:
         for case in cases(WARMUP, SEED + 1):
             post(case)
         warm = rss_bytes(pid)
+        series = [warm]  # every 2,000 cases: a leak grows with the count, a heap settles
         t0 = time.monotonic()
         peak = warm
         for i, case in enumerate(cases(CASES, SEED)):
@@ -104,6 +105,8 @@ def test_ten_thousand_bad_reviews(server: RaykueueServer) -> None:
             sent += len(case.body)
             if i % 500 == 0:
                 peak = max(peak, rss_bytes(pid))
+            if (i + 1) % 2000 == 0:
+                series.append(rss_bytes(pid))
         elapsed = time.monotonic() - t0
         after = rss_bytes(pid)
         health = http.get("/healthz")
@@ -116,7 +119,8 @@ def test_ten_thousand_bad_reviews(server: RaykueueServer) -> None:
           f"{dict(sorted(answers.items()))}")
     print(f"[fuzz] cases by kind: {dict(sorted(kinds.items()))}")
     print(f"[fuzz] RSS after warm-up {warm / mib:.1f} MiB, peak {peak / mib:.1f} MiB, "
-          f"after {after / mib:.1f} MiB (bound {bound / mib:.1f} MiB)")
+          f"after {after / mib:.1f} MiB (bound {bound / mib:.1f} MiB); every 2,000 cases: "
+          f"{', '.join(f'{x / mib:.1f}' for x in series)} MiB")
     assert sum(answers.values()) == CASES
     assert {"400", "allowed", "denied"} <= answers.keys()
     assert after <= bound, f"RSS grew from {warm} to {after} bytes"

@@ -154,11 +154,17 @@ def test_controller_killed_at_random_points_of_scaling(admin, killable, queue): 
         target = rng.choice([x for x in range(MAX_WORKERS + 1) if x != workers])
         current = [p["metadata"]["name"] for p in watcher.sample()["pods"] if role(p) == "worker"]
         victims = rng.sample(current, workers - target) if target < workers else []
-        delay = rng.uniform(0.0, 2.0)
-        scale(admin, ns, target, victims)
-        # A random point of the change: this is fault timing, not a wait for a state.
-        threading.Event().wait(delay)
-        kill(killable)
+        # A random point of the change, a third of the time before it begins (the
+        # restarted controller must catch up on pods made while it was down).
+        # This is fault timing, not a wait for a state.
+        delay = rng.choice([-1.0, rng.uniform(0.0, 2.0), rng.uniform(0.0, 2.0)])
+        if delay < 0:
+            kill(killable)
+            scale(admin, ns, target, victims)
+        else:
+            scale(admin, ns, target, victims)
+            threading.Event().wait(delay)
+            kill(killable)
         watcher.ready_at = float("inf")  # while it is down nothing counts against it
         watcher.sample()
         threading.Event().wait(rng.uniform(0.0, 1.0))
@@ -171,7 +177,8 @@ def test_controller_killed_at_random_points_of_scaling(admin, killable, queue): 
         check_invariants(admin, ns, watcher, target)
         assert watcher.worst <= RESYNC_SECONDS, \
             f"pod {watcher.worst_pod} was gated without a Workload for {watcher.worst:.1f}s"
-        figures.append(f"{workers}->{target} kill@{delay:.2f}s {time.monotonic() - t0:.1f}s")
+        when = "before" if delay < 0 else f"@{delay:.2f}s"
+        figures.append(f"{workers}->{target} kill {when} {time.monotonic() - t0:.1f}s")
         workers = target
     total = time.monotonic() - t_start
     print(f"[faults] {ROUNDS} rounds in {total:.0f}s ({total / ROUNDS:.1f}s each); longest a "
