@@ -36,7 +36,9 @@ RSS_SLACK_BYTES = 48 * 1024 * 1024
 RSS_SLACK_RATIO = 0.5
 # A leak grows with the number of requests, whatever they hold: replaying
 # cases the server has already seen must leave its memory where it was
-# (2,000 replays leaking even 2 KiB each would show 4 MiB).
+# (2,000 replays leaking even 2 KiB each would show 4 MiB). The first replay
+# may still raise the high-water mark a little (+1 to +4 MiB seen); the second
+# is the one held to the bound.
 REPLAY = 2000
 REPLAY_SLACK_BYTES = 4 * 1024 * 1024
 
@@ -117,6 +119,9 @@ def test_ten_thousand_bad_reviews(server: RaykueueServer) -> None:
                 series.append(rss_bytes(pid))
         elapsed = time.monotonic() - t0
         after = rss_bytes(pid)
+        for case in tail:  # the first replay may still settle the heap a little
+            post(case)
+        settled = rss_bytes(pid)
         for case in tail:
             post(case)
         replayed = rss_bytes(pid)
@@ -134,7 +139,9 @@ def test_ten_thousand_bad_reviews(server: RaykueueServer) -> None:
           f"{', '.join(f'{x / mib:.1f}' for x in series)} MiB")
     assert sum(answers.values()) == CASES
     assert {"400", "allowed", "denied"} <= answers.keys()
-    print(f"[fuzz] replaying the last {len(tail)} cases: RSS {after / mib:.1f} -> "
-          f"{replayed / mib:.1f} MiB (bound +{REPLAY_SLACK_BYTES / mib:.0f} MiB)")
+    print(f"[fuzz] replaying the last {len(tail)} cases twice: RSS {after / mib:.1f} -> "
+          f"{settled / mib:.1f} -> {replayed / mib:.1f} MiB (bound on the second: "
+          f"+{REPLAY_SLACK_BYTES / mib:.0f} MiB)")
     assert after <= bound, f"RSS grew from {warm} to {after} bytes"
-    assert replayed <= after + REPLAY_SLACK_BYTES, f"RSS grew from {after} to {replayed} on replay"
+    assert replayed <= settled + REPLAY_SLACK_BYTES, \
+        f"RSS grew from {settled} to {replayed} replaying cases it had answered twice"
