@@ -93,6 +93,7 @@ Action = CreateWorkload | LiftGate | SetPodsReady | FinishWorkload | EvictPod | 
 CONFLICT_KUEUE_POD: Final = "KueueManagesPod"
 CONFLICT_KUEUE_WORKLOAD: Final = "KueueWorkload"
 CONFLICT_NODE_SELECTOR: Final = "NodeSelectorConflict"
+CONFLICT_FORGED_WORKLOAD: Final = "WorkloadMismatch"
 
 # Finished reasons. Kueue's own: Succeeded, Failed, OwnerNotFound.
 FINISHED_SUCCEEDED: Final = "Succeeded"
@@ -202,6 +203,15 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
 
 def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
     name = _name(wl)
+    if p.is_gated(pod):
+        # Its status may open the gate: it must be the Workload we would make.
+        why = w.mismatch(wl, pod)
+        if why is not None:
+            return [ReportConflict(
+                CONFLICT_FORGED_WORKLOAD,
+                f"Workload {name} claims pod {_name(pod)} but is not the one raykueue makes "
+                f"for it ({why}); the gate stays until that Workload is deleted",
+                workload=name)]
     if w.is_finished(wl):
         if p.is_gated(pod):
             return [Warn(WARN_FINISHED_WHILE_GATED,
@@ -302,7 +312,8 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
         if p.is_deleting(pod) or p.is_terminal(pod):
             continue
         if wl is not None and w.pod_uid_of(wl) == p.uid(pod):
-            if w.is_admitted(wl) and not w.is_evicted(wl) and not w.is_finished(wl):
+            if (w.is_admitted(wl) and not w.is_evicted(wl) and not w.is_finished(wl)
+                    and w.mismatch(wl, pod) is None):
                 return True
             continue
         if not p.is_gated(pod):
@@ -330,14 +341,18 @@ def end_of_pod(pod: Obj) -> tuple[str, str]:
 
 
 def _pick(pod: Obj, ours: list[Obj]) -> tuple[Obj | None, list[Obj]]:
-    """The pod's Workload (the deterministic name wins) and any extras."""
-    live = [x for x in ours if not w.is_deleting(x)]
-    if not live:
-        return (ours[0] if ours else None), []
+    """The pod's Workload and any extras.
+
+    Only the deterministic name can be the pod's Workload: we never create
+    another, so any other that names the pod is a stray (or a forgery, see
+    `workload.mismatch`) and is finished rather than trusted.
+    """
     expected = w.workload_name(pod)
-    live.sort(key=lambda x: (_name(x) != expected, str(metadata(x).get("creationTimestamp")),
-                             _name(x)))
-    return live[0], live[1:]
+    named = [x for x in ours if _name(x) == expected]
+    current = next((x for x in named if not w.is_deleting(x)), named[0] if named else None)
+    extras = [x for x in ours if _name(x) != expected and not w.is_deleting(x)]
+    extras.sort(key=lambda x: (str(metadata(x).get("creationTimestamp")), _name(x)))
+    return current, extras
 
 
 def _pending_reason(wl: Obj) -> str:

@@ -99,6 +99,8 @@ def slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
     """Cache transform: managedFields and pod templates are most of a Workload's
     bytes and nothing here reads them."""
     obj.get("metadata", {}).pop("managedFields", None)
+    # Whether it asks for what its pod asks for is all we need of the templates.
+    obj[w.FINGERPRINT_KEY] = w.pod_sets_fingerprint(obj)
     for pod_set in (obj.get("spec") or {}).get("podSets") or []:
         if isinstance(pod_set, dict):
             pod_set.pop("template", None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -180,6 +181,84 @@ def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) 
         },
         "spec": workload_spec,
     }
+
+
+# --- trusting -----------------------------------------------------------------
+# Kubernetes records no creator on an object (managedFields' manager is any
+# string the client sends), so whoever may create Workloads in a namespace can
+# forge one carrying our label and an owner reference to a gated pod, and Kueue
+# will admit it. What such a Workload cannot fake and still be harmful is what
+# Kueue charged: the gate is lifted only through a Workload whose name is the
+# one we would give it, whose owner is the pod by uid, and whose queue,
+# priority class and single podSet's resources are exactly what `build_workload`
+# makes of the pod. A forgery that passes is our Workload in all but authorship:
+# admitting it charges the pod's real requests to the pod's real queue.
+
+# Where `slim_workload` keeps the podSets' fingerprint once the templates are gone.
+FINGERPRINT_KEY: Final = "_raykueuePodSets"
+# What Kueue reads to size a pod (resources, overhead, sidecar init containers).
+_SIZING_KEYS: Final = ("resources", "restartPolicy")
+
+
+def _container_sizing(items: object) -> list[Any]:
+    out: list[Any] = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            out.append([item.get("name"), {k: item.get(k) for k in _SIZING_KEYS}])
+        else:
+            out.append(repr(item))
+    return out
+
+
+def sizing_fingerprint(pod_spec: object) -> str:
+    """A digest of everything in a pod spec that decides the quota Kueue charges."""
+    spec_ = pod_spec if isinstance(pod_spec, dict) else {}
+    sizing = {
+        "containers": _container_sizing(spec_.get("containers")),
+        "initContainers": _container_sizing(spec_.get("initContainers")),
+        "overhead": spec_.get("overhead"),
+        "resources": spec_.get("resources"),
+    }
+    text = json.dumps(sizing, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def pod_sets_fingerprint(wl: Obj) -> str:
+    """`main`x1 and its template's sizing, or "" for any other podSets shape."""
+    stored = wl.get(FINGERPRINT_KEY)
+    if isinstance(stored, str):
+        return stored
+    pod_sets = spec(wl).get("podSets")
+    if not isinstance(pod_sets, list) or len(pod_sets) != 1 or not isinstance(pod_sets[0], dict):
+        return ""
+    only = pod_sets[0]
+    if only.get("name", POD_SET) != POD_SET or only.get("count") != 1:
+        return ""
+    template = only.get("template")
+    template_spec = template.get("spec") if isinstance(template, dict) else None
+    return sizing_fingerprint(template_spec) if isinstance(template_spec, dict) else ""
+
+
+def mismatch(wl: Obj, pod: Obj) -> str | None:
+    """Why `wl` is not the Workload raykueue would have made for `pod`, or None."""
+    meta = metadata(wl)
+    expected = workload_name(pod)
+    if meta.get("name") != expected:
+        return f"its name is not {expected}"
+    owner = owner_pod(wl)
+    pod_meta = metadata(pod)
+    if owner is None or owner != (str(pod_meta.get("name") or ""), str(pod_meta.get("uid") or "")):
+        return "its controller owner reference is not this pod"
+    pod_labels = labels(pod)
+    if queue_name(wl) != (pod_labels.get(c.QUEUE_LABEL) or None):
+        return f"its queue {queue_name(wl)!r} is not the pod's {pod_labels.get(c.QUEUE_LABEL)!r}"
+    wanted_class = pod_labels.get(c.PRIORITY_CLASS_LABEL) or None
+    if priority_class_name(wl) != wanted_class:
+        return (f"its priority class {priority_class_name(wl)!r} is not the pod's "
+                f"{wanted_class!r}")
+    if pod_sets_fingerprint(wl) != sizing_fingerprint(pod_set_template(pod)["spec"]):
+        return "its podSets do not request what the pod requests"
+    return None
 
 
 

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import orjson
+import pytest
 
 from tests import reviews as rv
 from webhooks import contract as c
@@ -89,3 +90,32 @@ def test_controller_identity_is_configurable() -> None:
     review = parse(orjson.dumps(rv.update_review(old, without_gate(old), "admin")))
     assert admit_update(review, frozenset({"admin"})).verdict.allowed
     assert not admit_update(review, CONTROLLERS).verdict.allowed
+
+
+@pytest.mark.parametrize("key", [c.NODE_TYPE_LABEL, c.CLUSTER_LABEL, c.GROUP_LABEL,
+                                 c.PRIORITY_CLASS_LABEL, c.MANAGED_BY_LABEL])
+@pytest.mark.parametrize("change", ["remove", "set"])
+def test_labels_the_workload_was_built_from_are_frozen_while_gated(key, change) -> None:
+    # Removing ray.io/node-type in one update would hide the next one (the
+    # gate's removal) from this webhook: its objectSelector needs the label on
+    # the old or the new pod. So it, and the rest, may not move at all.
+    old = gated_pod()
+    old["metadata"]["labels"].setdefault(c.GROUP_LABEL, "gpu-group")
+    old["metadata"]["labels"].setdefault(c.PRIORITY_CLASS_LABEL, "ray-worker")
+    old["metadata"]["labels"].setdefault(c.MANAGED_BY_LABEL, c.MANAGED_BY_VALUE)
+    new = copy.deepcopy(old)
+    if change == "remove":
+        new["metadata"]["labels"].pop(key, None)
+    else:
+        new["metadata"]["labels"][key] = "something-else"
+    for user in ("kubernetes-admin", CONTROLLER):
+        outcome = judge(old, new, user)
+        assert not outcome.verdict.allowed
+        assert key in outcome.verdict.message and "recreate" in outcome.verdict.message
+
+
+def test_labels_may_move_once_the_gate_is_gone() -> None:
+    old = without_gate(gated_pod())
+    new = copy.deepcopy(old)
+    del new["metadata"]["labels"][c.NODE_TYPE_LABEL]
+    assert judge(old, new, "kubernetes-admin").verdict.allowed
