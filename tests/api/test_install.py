@@ -42,6 +42,7 @@ CONFIGS = (
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads"
 WPCS = "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses"
+FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
 
 
 def config_path(plural: str, name: str = "") -> str:
@@ -137,27 +138,29 @@ def test_install_is_applied_with_the_shipped_scope(installed: devstack.Stack) ->
     assert mutating["reinvocationPolicy"] == "IfNeeded"
 
 
-def test_deployment_pods_are_admitted(installed: devstack.Stack) -> None:
-    """The ReplicaSet's pods pass the restricted PSA and resolve our PriorityClass;
-    with no scheduler they stay Pending, so raykueue is installed but down."""
+def test_deployment_pod_is_admitted(installed: devstack.Stack) -> None:
+    """A pod as the ReplicaSet creates it from the installed Deployment passes the
+    namespace's restricted Pod Security and resolves our PriorityClass. (This
+    stack runs no deployment controller or scheduler: raykueue stays down.)"""
     api = installed.api
-    selector = "app.kubernetes.io/name=raykueue,app.kubernetes.io/component=webhook"
-
-    def pods() -> list[dict[str, Any]]:
-        items = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector}")["items"]
-        return items if len(items) == 2 else []
-
-    found = wait_for(pods, timeout=120, message="the Deployment's 2 pods")
-    for p in found:
-        assert p["spec"]["priorityClassName"] == "raykueue-critical"
-        assert p["spec"]["priority"] == 100_000_000
-        assert p["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
-        assert p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName")
+    deployment = api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/raykueue")
+    assert deployment["spec"]["replicas"] == 2
+    template = deployment["spec"]["template"]
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "raykueue-", "labels": template["metadata"]["labels"]},
+            "spec": template["spec"]}
+    created = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+    try:
+        assert created["spec"]["priorityClassName"] == "raykueue-critical"
+        assert created["spec"]["priority"] == 100_000_000
+        assert created["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+        (ctr,) = created["spec"]["containers"]
+        assert ctr["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+        assert created["status"]["phase"] == "Pending" and not created["spec"].get("nodeName")
+    finally:
+        api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{created['metadata']['name']}")
     pdb = api.get(f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/raykueue")
-    wait_for(lambda: api.get(
-        f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/raykueue"
-    ).get("status", {}).get("expectedPods") == 2, timeout=60, message="the PDB to count 2 pods")
-    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
 
 
 def test_with_raykueue_down_only_opted_in_ray_pods_wait(installed: devstack.Stack,
@@ -226,9 +229,10 @@ def _service_account_kubeconfig(stack: devstack.Stack, token: str, path: Path) -
     return path
 
 
-def _admit(api, wl: dict[str, Any]) -> None:
+def _admit(api, wl: dict[str, Any], flavor: str) -> None:
     """Kueue's part, as tests/api/test_controller_api.py plays it."""
     meta = wl["metadata"]
+    (pod_set,) = wl["spec"]["podSets"]
     now = "2026-01-01T00:00:00Z"
     conditions = [{"type": t, "status": "True", "reason": t, "message": t, "lastTransitionTime": now,
                    "observedGeneration": meta.get("generation", 1)}
@@ -236,7 +240,7 @@ def _admit(api, wl: dict[str, Any]) -> None:
     body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [{
-                "name": "main", "count": 1, "flavors": {"cpu": "f", "memory": "f"},
+                "name": pod_set["name"], "count": 1, "flavors": {"cpu": flavor, "memory": flavor},
                 "resourceUsage": {"cpu": "1", "memory": "1Gi"}}]},
                 "conditions": conditions}}
     installed_path = WORKLOADS.format(ns=meta["namespace"]) + f"/{meta['name']}/status"
@@ -271,6 +275,7 @@ def test_installed_rbac_is_enough_to_run(installed: devstack.Stack, new_namespac
                           if api.get_or_none(f"{WPCS}/{n}") is None]
     out = installed.kubectl("apply", "-k", str(PRIORITIES))
     assert out.returncode == 0, out.stderr
+    flavor = ""
     try:
         server.start()
         wait_for(server._called_by_api_server, timeout=90, interval=0.5,
@@ -282,15 +287,19 @@ def test_installed_rbac_is_enough_to_run(installed: devstack.Stack, new_namespac
         assert base64.b64decode(secret["data"]["ca.crt"]) == server.ca_pem
 
         ns = new_namespace("rbac")
-        p = rv.creatable_pod("worker")
-        p["metadata"].update(name="rbac-worker", namespace=ns)
+        flavor = f"install-{ns}"
+        api.call("POST", FLAVORS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                   "metadata": {"name": flavor}})
+        # A head: a worker would wait for its cluster's head to be admitted first.
+        p = rv.creatable_pod("head")
+        p["metadata"].update(name="rbac-head", namespace=ns)
         p["metadata"].setdefault("labels", {})[c.QUEUE_LABEL] = "lq"
         p["metadata"].setdefault("annotations", {})[c.STANDALONE_ANNOTATION] = "true"
         assert rv.gates(create(api, p)) == [c.GATE]
         wl = wait_for(lambda: (api.get(WORKLOADS.format(ns=ns))["items"] or [None])[0], timeout=60,
                       message=lambda: f"a Workload for the pod; log:\n{server.logs()}")
-        _admit(api, wl)
-        wait_for(lambda: not rv.gates(api.get(f"/api/v1/namespaces/{ns}/pods/rbac-worker")),
+        _admit(api, wl, flavor)
+        wait_for(lambda: not rv.gates(api.get(f"/api/v1/namespaces/{ns}/pods/rbac-head")),
                  timeout=60, message=lambda: f"the gate to be lifted; log:\n{server.logs()}")
         lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/raykueue-controller")
         assert lease["spec"]["holderIdentity"]
@@ -300,6 +309,8 @@ def test_installed_rbac_is_enough_to_run(installed: devstack.Stack, new_namespac
         assert not forbidden, "\n".join(forbidden)
     finally:
         server.stop()
+        if flavor:
+            api.delete(f"{FLAVORS}/{flavor}")
         for plural, name in CONFIGS:
             restore = copy.deepcopy(originals[name])
             restore["metadata"] = {"name": name, "resourceVersion": api.get(
