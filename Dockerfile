@@ -18,8 +18,10 @@ COPY kube ./kube
 COPY webhooks ./webhooks
 # Every dependency ships manylinux wheels: no compiler is needed, and none
 # reaches the final image either way. pip byte-compiles what it installs, so
-# the read-only runtime never needs to write __pycache__.
-RUN pip install .
+# the read-only runtime never needs to write __pycache__. pip itself is then
+# removed: the final image installs nothing. .ci/run repeats these steps
+# (wheel, clean venv, `raykueue serve`) where no Docker engine is available.
+RUN pip install . && pip uninstall --yes pip
 
 # --- runtime: the interpreter and the venv, nothing else -------------------------
 # Same base image as the builder: the venv's python symlinks to its interpreter.

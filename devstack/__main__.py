@@ -17,7 +17,7 @@ devstack: next, in this repo (the controller runs as the stack's admin user):
   raykueue serve --host 127.0.0.1 --port 9443 --cert-dir certs-local \\
       --kubeconfig {kubeconfig} --controller-identity raykueue-admin &
   scripts/cluster webhooks --url https://127.0.0.1:9443 --ca certs-local/ca.crt
-  kubectl --kubeconfig {kubeconfig} apply -k manifests/samples   # a RayCluster in team-a
+  kubectl --kubeconfig {kubeconfig} apply -k examples   # a queue and a RayCluster in team-a
 """
 
 

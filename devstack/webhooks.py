@@ -1,7 +1,9 @@
 """Register raykueue's admission webhooks with the API server by URL.
 
 Off the cluster the API server calls the webhook at `clientConfig.url`
-(https://127.0.0.1:<port>/...), trusting `ca_bundle_pem`.
+(https://127.0.0.1:<port>/...), trusting `ca_bundle_pem`. The configurations
+are read from manifests/webhooks.yaml, so that tests run against the scope
+rules (selectors, matchConditions) an install ships, never a copy of them.
 """
 
 from __future__ import annotations
@@ -11,18 +13,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from webhooks.contract import (
-    MUTATE_PATH,
-    MUTATING_WEBHOOK_CONFIG,
-    NODE_TYPE_LABEL,
-    VALIDATE_PATH,
-    VALIDATING_WEBHOOK_CONFIG,
-)
-
 from .kubeapi import KubeApi, object_path
 
-MUTATING_WEBHOOK_NAME = "mutate-pods.raykueue.io"
-VALIDATING_WEBHOOK_NAME = "validate-pods.raykueue.io"
+MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "webhooks.yaml"
 
 
 def _api_for(kubeconfig: str | Path) -> KubeApi:
@@ -50,54 +43,48 @@ def _api_for(kubeconfig: str | Path) -> KubeApi:
                    paths["client-certificate"], paths["client-key"])
 
 
+def shipped_webhook_configurations() -> list[dict]:
+    """Both webhook configurations exactly as manifests/webhooks.yaml ships them."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    by_kind = {d["kind"]: d for d in docs}
+    return [by_kind["MutatingWebhookConfiguration"], by_kind["ValidatingWebhookConfiguration"]]
+
+
 def webhook_configurations(
     url_base: str,
     ca_bundle_pem: bytes | str,
     *,
-    failure_policy: str = "Fail",
-    timeout_seconds: int = 5,
+    failure_policy: str | None = None,
+    timeout_seconds: int | None = None,
     namespace_selector: dict | None = None,
 ) -> list[dict]:
+    """The shipped configurations, pointed at `url_base` instead of the in-cluster Service.
+
+    Everything else (selectors, matchConditions, policies) is the manifest's,
+    so tests exercise the scope rules a real install has. The overrides are
+    for tests that need a different failure policy, timeout or namespace scope.
+    """
     if isinstance(ca_bundle_pem, str):
         ca_bundle_pem = ca_bundle_pem.encode()
     ca_b64 = base64.b64encode(ca_bundle_pem).decode()
     base = url_base.rstrip("/")
-    selector = {"matchExpressions": [{"key": NODE_TYPE_LABEL, "operator": "Exists"}]}
-    common = {
-        "failurePolicy": failure_policy,
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "timeoutSeconds": timeout_seconds,
-        "objectSelector": selector,
-        "namespaceSelector": namespace_selector or {},
-        "matchPolicy": "Equivalent",
-    }
-    mutating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": MUTATING_WEBHOOK_CONFIG},
-        "webhooks": [{
-            "name": MUTATING_WEBHOOK_NAME,
-            "clientConfig": {"url": base + MUTATE_PATH, "caBundle": ca_b64},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "reinvocationPolicy": "IfNeeded",
-            **common,
-        }],
-    }
-    validating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": VALIDATING_WEBHOOK_CONFIG},
-        "webhooks": [{
-            "name": VALIDATING_WEBHOOK_NAME,
-            "clientConfig": {"url": base + VALIDATE_PATH, "caBundle": ca_b64},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            **common,
-        }],
-    }
-    return [mutating, validating]
+    configs = shipped_webhook_configurations()
+    for config in configs:
+        # Only the name: labels and annotations of an install (e.g. cert-manager's
+        # inject-ca-from) have no meaning for a registration by URL.
+        config["metadata"] = {"name": config["metadata"]["name"]}
+        for hook in config["webhooks"]:
+            service = hook["clientConfig"]["service"]
+            hook["clientConfig"] = {"url": base + service.get("path", "/"), "caBundle": ca_b64}
+            if failure_policy is not None:
+                hook["failurePolicy"] = failure_policy
+            if timeout_seconds is not None:
+                hook["timeoutSeconds"] = timeout_seconds
+            if namespace_selector is not None:
+                hook["namespaceSelector"] = namespace_selector
+    return configs
 
 
 def register_webhooks(
@@ -105,8 +92,8 @@ def register_webhooks(
     url_base: str,
     ca_bundle_pem: bytes | str,
     *,
-    failure_policy: str = "Fail",
-    timeout_seconds: int = 5,
+    failure_policy: str | None = None,
+    timeout_seconds: int | None = None,
     namespace_selector: dict | None = None,
 ) -> list[dict]:
     """Create or update both webhook configurations (server-side apply); returns them."""
@@ -119,5 +106,5 @@ def register_webhooks(
 
 def unregister_webhooks(kubeconfig: str | Path) -> None:
     api = _api_for(kubeconfig)
-    for o in webhook_configurations("https://unused", b""):
+    for o in shipped_webhook_configurations():
         api.delete(object_path(o))

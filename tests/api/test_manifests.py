@@ -23,12 +23,18 @@ RENAMED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookCon
 CLUSTER_SCOPED = {
     "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration", "WorkloadPriorityClass", "ClusterQueue", "ResourceFlavor",
+    "PriorityClass",
 }
+CERT_MANAGER_GROUP = "cert-manager.io"
 
 
-def dry_run(kubectl, path: Path, namespace: str) -> list[dict]:
+def build(kubectl, path: Path) -> list[dict]:
     built = kubectl("kustomize", str(path), check=True).stdout
-    docs = [d for d in yaml.safe_load_all(built) if d]
+    return [d for d in yaml.safe_load_all(built) if d]
+
+
+def dry_run(kubectl, path: Path, namespace: str, docs: list[dict] | None = None) -> list[dict]:
+    docs = build(kubectl, path) if docs is None else docs
     for doc in docs:
         if doc["kind"] not in CLUSTER_SCOPED:
             doc["metadata"]["namespace"] = namespace
@@ -52,15 +58,36 @@ def test_base_is_accepted(kubectl, new_namespace) -> None:
             "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
     hook = next(o for o in applied if o["kind"] == "MutatingWebhookConfiguration")["webhooks"][0]
     assert hook["reinvocationPolicy"] == "IfNeeded" and hook["matchPolicy"] == "Equivalent"
+    # The server compiled and kept the CEL conditions.
+    assert [m["name"] for m in hook["matchConditions"]] == ["opt-in-possible"]
+    deployment = next(o for o in applied if o["kind"] == "Deployment")
+    (ctr,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert ctr["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
 
 
-@pytest.mark.parametrize("path", ["manifests/samples"])
-def test_samples_are_accepted(kubectl, new_namespace, path: str) -> None:
-    ns = new_namespace("samples")
+@pytest.mark.parametrize(("path", "kinds"), [
+    ("manifests/components/priorities", {"WorkloadPriorityClass"}),
+    ("examples", {"Namespace", "ClusterQueue", "LocalQueue", "ResourceFlavor", "RayCluster"}),
+])
+def test_optional_parts_are_accepted(kubectl, new_namespace, path: str, kinds: set[str]) -> None:
+    ns = new_namespace("optional")
     applied = dry_run(kubectl, ROOT / path, ns)
-    kinds = {o["kind"] for o in applied}
-    assert {"WorkloadPriorityClass", "ClusterQueue", "LocalQueue", "ResourceFlavor",
-            "RayCluster"} <= kinds
+    assert {o["kind"] for o in applied} == kinds
+
+
+def test_cert_manager_overlay_is_accepted(kubectl, new_namespace) -> None:
+    """cert-manager's CRDs are not on the test stack: its two objects are checked in
+    tests/unit/test_manifests.py; everything the overlay patches is checked here."""
+    ns = new_namespace("certmanager")
+    docs = build(kubectl, ROOT / "examples" / "cert-manager")
+    ours = [d for d in docs if not d["apiVersion"].startswith(CERT_MANAGER_GROUP + "/")]
+    assert len(docs) - len(ours) == 2
+    applied = dry_run(kubectl, ROOT, ns, ours)
+    deployment = next(o for o in applied if o["kind"] == "Deployment")
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert any(v.get("secret", {}).get("secretName") == "raykueue-webhook-cert" for v in volumes)
+    for config in (o for o in applied if o["kind"].endswith("WebhookConfiguration")):
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
 
 
 def test_pod_passes_the_restricted_pod_security_standard(kubectl, new_namespace) -> None:
@@ -69,7 +96,9 @@ def test_pod_passes_the_restricted_pod_security_standard(kubectl, new_namespace)
     built = kubectl("kustomize", str(ROOT / "manifests"), check=True).stdout
     deployment = next(d for d in yaml.safe_load_all(built) if d and d["kind"] == "Deployment")
     template = deployment["spec"]["template"]
+    # The PriorityClass is not installed here; Pod Security does not look at it.
     spec = dict(template["spec"], serviceAccountName="default")
+    spec.pop("priorityClassName")
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "raykueue", "namespace": ns, "labels": template["metadata"]["labels"]},
            "spec": spec}

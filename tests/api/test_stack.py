@@ -136,7 +136,6 @@ def test_raykueue_server_fixture_registers_webhooks(raykueue_server, api_stack):
     from webhooks.contract import (
         MUTATE_PATH,
         MUTATING_WEBHOOK_CONFIG,
-        NODE_TYPE_LABEL,
         VALIDATE_PATH,
         VALIDATING_WEBHOOK_CONFIG,
     )
@@ -153,8 +152,13 @@ def test_raykueue_server_fixture_registers_webhooks(raykueue_server, api_stack):
     assert m["failurePolicy"] == "Fail" and m["sideEffects"] == "None"
     assert m["reinvocationPolicy"] == "IfNeeded" and m["timeoutSeconds"] == 5
     assert m["admissionReviewVersions"] == ["v1"]
-    expr = {"key": NODE_TYPE_LABEL, "operator": "Exists"}
-    assert m["objectSelector"]["matchExpressions"] == [expr] == v["objectSelector"]["matchExpressions"]
+    # The shipped scope (manifests/webhooks.yaml), not a test-only copy of it.
+    from devstack.webhooks import shipped_webhook_configurations
+
+    shipped = {cfg["metadata"]["name"]: cfg["webhooks"][0] for cfg in shipped_webhook_configurations()}
+    for hook, name in ((m, MUTATING_WEBHOOK_CONFIG), (v, VALIDATING_WEBHOOK_CONFIG)):
+        for key in ("objectSelector", "namespaceSelector", "matchConditions"):
+            assert hook[key] == shipped[name][key], key
 
     # a test may stop and start the server again; it comes back on the same port
     raykueue_server.stop()

@@ -6,29 +6,40 @@ import base64
 
 from devstack import StackConfig, webhook_configurations
 from devstack.stack import Stack, components_for, free_ports
+from devstack.webhooks import shipped_webhook_configurations
 from webhooks import contract
 
 
 def test_webhook_configurations_follow_the_contract():
     mutating, validating = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
-    assert mutating["metadata"]["name"] == contract.MUTATING_WEBHOOK_CONFIG
-    assert validating["metadata"]["name"] == contract.VALIDATING_WEBHOOK_CONFIG
+    assert mutating["metadata"] == {"name": contract.MUTATING_WEBHOOK_CONFIG}
+    assert validating["metadata"] == {"name": contract.VALIDATING_WEBHOOK_CONFIG}
     (m,), (v,) = mutating["webhooks"], validating["webhooks"]
-    assert m["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.MUTATE_PATH
+    assert m["clientConfig"] == {"url": "https://127.0.0.1:9443" + contract.MUTATE_PATH,
+                                 "caBundle": base64.b64encode(b"PEM").decode()}
     assert v["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.VALIDATE_PATH
-    assert base64.b64decode(m["clientConfig"]["caBundle"]) == b"PEM"
-    assert m["rules"][0]["operations"] == ["CREATE"]
-    assert v["rules"][0]["operations"] == ["UPDATE"]
-    for w in (m, v):
-        assert w["failurePolicy"] == "Fail"
-        assert w["sideEffects"] == "None"
-        assert w["timeoutSeconds"] == 5
-        assert w["admissionReviewVersions"] == ["v1"]
-        assert w["objectSelector"] == {"matchExpressions": [
-            {"key": contract.NODE_TYPE_LABEL, "operator": "Exists"}]}
-    assert m["reinvocationPolicy"] == "IfNeeded"
     # both sort after Kueue's own configurations
     assert all(c["metadata"]["name"] > "kueue-" for c in (mutating, validating))
+
+
+def test_webhook_configurations_are_the_shipped_ones_but_for_the_client_config():
+    shipped = shipped_webhook_configurations()
+    registered = webhook_configurations("https://127.0.0.1:1/", b"PEM")
+    for ours, theirs in zip(registered, shipped, strict=True):
+        for hook, shipped_hook in zip(ours["webhooks"], theirs["webhooks"], strict=True):
+            assert "service" in shipped_hook["clientConfig"]
+            rest = {k: v for k, v in hook.items() if k != "clientConfig"}
+            assert rest == {k: v for k, v in shipped_hook.items() if k != "clientConfig"}
+            assert hook["matchConditions"], "the CEL scope must reach the tests too"
+
+
+def test_webhook_configuration_overrides():
+    selector = {"matchLabels": {"team": "a"}}
+    for config in webhook_configurations("https://x", "PEM", failure_policy="Ignore",
+                                         timeout_seconds=2, namespace_selector=selector):
+        (hook,) = config["webhooks"]
+        assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["namespaceSelector"]) == (
+            "Ignore", 2, selector)
 
 
 def test_kueue_config_keeps_pod_and_ray_integrations_off(tmp_path):

@@ -21,7 +21,11 @@ from webhooks import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
+PRIORITIES = MANIFESTS / "components" / "priorities"
+CERT_MANAGER = ROOT / "examples" / "cert-manager"
+EXAMPLES = ROOT / "examples"
 NAMESPACE = "raykueue-system"
+SERVICE_DNS = [f"raykueue-webhook.{NAMESPACE}.svc", f"raykueue-webhook.{NAMESPACE}.svc.cluster.local"]
 
 
 def _kubectl() -> str | None:
@@ -29,6 +33,10 @@ def _kubectl() -> str | None:
     if (bin_dir / "kubectl").exists():
         return str(bin_dir / "kubectl")
     return shutil.which("kubectl")
+
+
+def by_name(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
 
 def build(path: Path) -> list[dict[str, Any]]:
@@ -43,7 +51,7 @@ def build(path: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def objs() -> dict[tuple[str, str], dict[str, Any]]:
-    return {(d["kind"], d["metadata"]["name"]): d for d in build(MANIFESTS)}
+    return by_name(build(MANIFESTS))
 
 
 def container(objs: dict) -> dict[str, Any]:
@@ -55,7 +63,7 @@ def env(objs: dict) -> dict[str, Any]:
 
 
 def test_everything_namespaced_lives_in_raykueue_system(objs: dict) -> None:
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
                       "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     for (kind, name), obj in objs.items():
         if kind not in cluster_scoped:
@@ -90,9 +98,20 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
         assert (expr["key"], expr["operator"], tuple(expr["values"])) == (
             c.NODE_TYPE_LABEL, "In", c.MANAGED_ROLES)
         (ns_expr,) = hook["namespaceSelector"]["matchExpressions"]
-        assert ns_expr["operator"] == "NotIn" and NAMESPACE in ns_expr["values"]
+        assert ns_expr["key"] == "kubernetes.io/metadata.name"
+        assert ns_expr["operator"] == "NotIn" and {NAMESPACE, "kube-system"} <= set(ns_expr["values"])
+        assert 1 <= hook["timeoutSeconds"] <= 10
+        assert hook["matchConditions"], "CEL narrows the scope beyond the label selectors"
     mutating = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
+    # The conditions name the very keys the admission code reads; what they
+    # let through is proven against the real API server (tests/api/test_install.py).
+    (opt_in,) = mutating["matchConditions"]
+    assert c.STANDALONE_ANNOTATION in opt_in["expression"]
+    assert f"'{c.RAY_API_GROUP}/'" in opt_in["expression"]
+    validating = objs[("ValidatingWebhookConfiguration", c.VALIDATING_WEBHOOK_CONFIG)]["webhooks"][0]
+    (gated,) = validating["matchConditions"]
+    assert f"'{c.GATE}'" in gated["expression"] and "oldObject" in gated["expression"]
     # Sorts after Kueue's own configurations.
     assert c.MUTATING_WEBHOOK_CONFIG > "kueue-mutating-webhook-configuration"
 
@@ -108,8 +127,7 @@ def test_service_targets_the_pods_and_their_https_port(objs: dict) -> None:
 
 def test_certificate_names_match_the_service_and_rbac(objs: dict) -> None:
     e = env(objs)
-    assert e["RAYKUEUE_DNS_NAMES"].split(",") == [
-        f"raykueue-webhook.{NAMESPACE}.svc", f"raykueue-webhook.{NAMESPACE}.svc.cluster.local"]
+    assert e["RAYKUEUE_DNS_NAMES"].split(",") == SERVICE_DNS
     role = objs[("Role", "raykueue")]
     named = {(r["resources"][0], n) for r in role["rules"] for n in r.get("resourceNames", [])}
     assert ("secrets", e["RAYKUEUE_CERT_SECRET"]) in named
@@ -145,18 +163,78 @@ def test_pod_is_locked_down(objs: dict) -> None:
     assert ctr["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
     assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert ctr["image"] == "raykueue:latest"
-    assert "priorityClassName" not in pod
+    resources = ctr["resources"]
+    assert {"cpu", "memory"} <= resources["requests"].keys() <= resources["limits"].keys()
     assert deployment["spec"]["replicas"] == 2
     assert objs[("PodDisruptionBudget", "raykueue")]["spec"]["minAvailable"] == 1
 
 
-def test_samples_use_the_default_priority_classes() -> None:
-    samples = {(d["kind"], d["metadata"]["name"]): d for d in build(MANIFESTS / "samples")}
-    assert samples[("WorkloadPriorityClass", c.DEFAULT_HEAD_PRIORITY_CLASS)]["value"] == 1000
-    assert samples[("WorkloadPriorityClass", c.DEFAULT_WORKER_PRIORITY_CLASS)]["value"] == 100
-    rc = samples[("RayCluster", "sample")]["metadata"]
+def test_pod_is_scheduled_ahead_and_drained_gracefully(objs: dict) -> None:
+    pod = objs[("Deployment", "raykueue")]["spec"]["template"]["spec"]
+    priority = objs[("PriorityClass", pod["priorityClassName"])]
+    assert not priority.get("globalDefault")
+    # Above any workload class, below the user-defined ceiling and the system classes.
+    assert 1_000_000 < priority["value"] <= 1_000_000_000
+    sleep = container(objs)["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert 0 < sleep < pod["terminationGracePeriodSeconds"]
+
+
+def test_network_policy_admits_the_webhook_port_only(objs: dict) -> None:
+    policy = objs[("NetworkPolicy", "raykueue")]["spec"]
+    labels = objs[("Deployment", "raykueue")]["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    container_port = next(p["containerPort"] for p in container(objs)["ports"] if p["name"] == "https")
+    assert rule["ports"] == [{"protocol": "TCP", "port": container_port}]
+
+
+def test_priorities_component_has_the_default_classes() -> None:
+    classes = by_name(build(PRIORITIES))
+    assert set(classes) == {("WorkloadPriorityClass", c.DEFAULT_HEAD_PRIORITY_CLASS),
+                            ("WorkloadPriorityClass", c.DEFAULT_WORKER_PRIORITY_CLASS)}
+    head = classes[("WorkloadPriorityClass", c.DEFAULT_HEAD_PRIORITY_CLASS)]["value"]
+    assert head > classes[("WorkloadPriorityClass", c.DEFAULT_WORKER_PRIORITY_CLASS)]["value"]
+
+
+def test_examples_queue_an_opted_in_raycluster() -> None:
+    examples = by_name(build(EXAMPLES))
+    rc = examples[("RayCluster", "sample")]["metadata"]
     assert rc["annotations"][c.STANDALONE_ANNOTATION] == "true"
     queue = rc["labels"][c.QUEUE_LABEL]
-    lq = samples[("LocalQueue", queue)]
+    lq = examples[("LocalQueue", queue)]
     assert lq["metadata"]["namespace"] == rc["namespace"]
-    assert ("ClusterQueue", lq["spec"]["clusterQueue"]) in samples
+    assert ("ClusterQueue", lq["spec"]["clusterQueue"]) in examples
+
+
+def test_cert_manager_overlay_hands_the_certificate_to_cert_manager(objs: dict) -> None:
+    overlay = by_name(build(CERT_MANAGER))
+    # Everything the base installs is still there, plus the issuer and certificate.
+    assert set(objs) < set(overlay)
+    assert {("Issuer", "raykueue-selfsigned"), ("Certificate", "raykueue-webhook")} <= set(overlay)
+    cert = overlay[("Certificate", "raykueue-webhook")]
+    assert cert["metadata"]["namespace"] == NAMESPACE
+    assert cert["spec"]["dnsNames"] == SERVICE_DNS
+    assert cert["spec"]["issuerRef"]["name"] in {n for k, n in overlay if k == "Issuer"}
+
+    pod = overlay[("Deployment", "raykueue")]["spec"]["template"]["spec"]
+    ctr = container(overlay)
+    cert_dir = ctr["args"][ctr["args"].index("--cert-dir") + 1]
+    mount = next(m for m in ctr["volumeMounts"] if m["mountPath"] == cert_dir)
+    assert mount["readOnly"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == cert["spec"]["secretName"]
+    assert volume["secret"]["defaultMode"] & 0o007 == 0, "the key is not world-readable"
+    e = env(overlay)
+    assert "RAYKUEUE_CERT_SECRET" not in e and e["RAYKUEUE_INJECT_CA_BUNDLE"] == "false"
+    # The base's other settings survive the patch.
+    assert e["RAYKUEUE_DNS_NAMES"] == env(objs)["RAYKUEUE_DNS_NAMES"]
+
+    source = f"{NAMESPACE}/{cert['metadata']['name']}"
+    for kind, name in (("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG),
+                       ("ValidatingWebhookConfiguration", c.VALIDATING_WEBHOOK_CONFIG)):
+        config = overlay[(kind, name)]
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == source
+        assert config["webhooks"] == objs[(kind, name)]["webhooks"]
+    role = overlay[("Role", "raykueue")]
+    assert not [r for r in role["rules"] if "secrets" in r["resources"]]

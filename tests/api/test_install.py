@@ -1,0 +1,346 @@
+"""`kubectl apply -k manifests/` for real, on the real API server, then uninstall.
+
+The api stack runs kube-controller-manager but no scheduler or kubelet: the
+Deployment's pods are created and stay Pending, which is exactly "raykueue
+installed but not running". That is when the webhook scope must keep every
+pod but opted-in Ray pods independent of raykueue.
+
+The shared stack registers webhook configurations of the same names by URL
+for other tests (RaykueueServer). This module takes them out of the way for
+its duration and puts back whatever it found.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import devstack
+from devstack.kubeapi import KubeError
+from tests import reviews as rv
+from tests.stackfixtures import RaykueueServer
+from tests.waiting import wait_for
+from webhooks import contract as c
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+PRIORITIES = MANIFESTS / "components" / "priorities"
+NAMESPACE = "raykueue-system"
+SERVICE_ACCOUNT = "raykueue"
+CONFIGS = (
+    ("mutatingwebhookconfigurations", c.MUTATING_WEBHOOK_CONFIG),
+    ("validatingwebhookconfigurations", c.VALIDATING_WEBHOOK_CONFIG),
+)
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads"
+WPCS = "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses"
+FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
+
+
+def config_path(plural: str, name: str = "") -> str:
+    return f"{ADMISSION}/{plural}" + (f"/{name}" if name else "")
+
+
+def shipped() -> dict[str, dict[str, Any]]:
+    docs = yaml.safe_load_all((MANIFESTS / "webhooks.yaml").read_text())
+    return {d["metadata"]["name"]: d for d in docs if d}
+
+
+def ours_left(api) -> list[str]:
+    return [item["metadata"]["name"]
+            for plural, _ in CONFIGS
+            for item in api.get(config_path(plural))["items"]
+            if item["metadata"]["name"].startswith("zz-raykueue")]
+
+
+def wait_namespace_gone(api, name: str) -> None:
+    wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{name}") is None, timeout=180,
+             interval=0.5, message=f"namespace {name} to be deleted")
+
+
+@pytest.fixture(scope="module")
+def installed(api_stack: devstack.Stack) -> Iterator[devstack.Stack]:
+    api = api_stack.api
+    saved = []
+    for plural, name in CONFIGS:
+        found = api.get_or_none(config_path(plural, name))
+        if found is not None:
+            meta = found["metadata"]
+            found["metadata"] = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+            saved.append((plural, found))
+            api.delete(config_path(plural, name))
+    # A previous run's uninstall may still be finishing.
+    wait_namespace_gone(api, NAMESPACE)
+    out = api_stack.kubectl("apply", "-k", str(MANIFESTS), timeout=180)
+    assert out.returncode == 0, out.stderr
+    try:
+        yield api_stack
+    finally:
+        api_stack.kubectl("delete", "-k", str(MANIFESTS), "--ignore-not-found", timeout=240)
+        wait_namespace_gone(api, NAMESPACE)
+        for plural, obj in saved:
+            api.call("POST", config_path(plural), obj)
+
+
+def pod(name: str, namespace: str, *, labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None, gates: list[str] | None = None,
+        owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {},
+                            "annotations": annotations or {}}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox"}]}
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def create(api, obj: dict[str, Any]) -> dict[str, Any]:
+    return api.call("POST", f"/api/v1/namespaces/{obj['metadata']['namespace']}/pods", obj)
+
+
+def rejected_by_us(api, obj: dict[str, Any]) -> str:
+    with pytest.raises(KubeError) as err:
+        create(api, obj)
+    text = str(err.value)
+    assert "mutate-pods.raykueue.io" in text, text
+    return text
+
+
+def test_install_is_applied_with_the_shipped_scope(installed: devstack.Stack) -> None:
+    api = installed.api
+    want = shipped()
+    for plural, name in CONFIGS:
+        live = api.get(config_path(plural, name))
+        (hook,) = live["webhooks"]
+        (spec,) = want[name]["webhooks"]
+        assert hook["clientConfig"]["service"] == {
+            "name": "raykueue-webhook", "namespace": NAMESPACE,
+            "path": spec["clientConfig"]["service"]["path"], "port": 443}
+        assert "caBundle" not in hook["clientConfig"], "raykueue injects it when it runs"
+        assert (hook["failurePolicy"], hook["sideEffects"]) == ("Fail", "None")
+        assert hook["timeoutSeconds"] == spec["timeoutSeconds"] <= 10
+        assert hook["objectSelector"] == {"matchExpressions": [
+            {"key": c.NODE_TYPE_LABEL, "operator": "In", "values": list(c.MANAGED_ROLES)}]}
+        (ns_expr,) = hook["namespaceSelector"]["matchExpressions"]
+        assert (ns_expr["key"], ns_expr["operator"]) == ("kubernetes.io/metadata.name", "NotIn")
+        assert {"kube-system", NAMESPACE} <= set(ns_expr["values"])
+        assert hook["matchConditions"] == spec["matchConditions"]
+        assert live["metadata"]["labels"]["app.kubernetes.io/part-of"] == "raykueue"
+    mutating = api.get(config_path(*CONFIGS[0]))["webhooks"][0]
+    assert mutating["reinvocationPolicy"] == "IfNeeded"
+
+
+def test_deployment_pod_is_admitted(installed: devstack.Stack) -> None:
+    """A pod as the ReplicaSet creates it from the installed Deployment passes the
+    namespace's restricted Pod Security and resolves our PriorityClass. (This
+    stack runs no deployment controller or scheduler: raykueue stays down.)"""
+    api = installed.api
+    deployment = api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/raykueue")
+    assert deployment["spec"]["replicas"] == 2
+    template = deployment["spec"]["template"]
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "raykueue-", "labels": template["metadata"]["labels"]},
+            "spec": template["spec"]}
+    created = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+    try:
+        assert created["spec"]["priorityClassName"] == "raykueue-critical"
+        assert created["spec"]["priority"] == 100_000_000
+        assert created["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+        (ctr,) = created["spec"]["containers"]
+        assert ctr["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+        assert created["status"]["phase"] == "Pending" and not created["spec"].get("nodeName")
+    finally:
+        api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{created['metadata']['name']}")
+    pdb = api.get(f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/raykueue")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+
+
+def test_with_raykueue_down_only_opted_in_ray_pods_wait(installed: devstack.Stack,
+                                                          new_namespace) -> None:
+    api = installed.api
+    ns = new_namespace("managed")
+    worker = {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.QUEUE_LABEL: "q"}
+    opted_in = {c.STANDALONE_ANNOTATION: "true"}
+
+    # Created normally: nothing of Ray, a Ray pod that cannot be opted in, and
+    # anything in kube-system.
+    create(api, pod("plain", ns))
+    create(api, pod("ray-not-opted-in", ns, labels=worker))
+    create(api, pod("ray-redis-cleanup", ns, labels={c.NODE_TYPE_LABEL: "redis-cleanup"},
+                    annotations=opted_in))
+    system_pod = f"ray-in-kube-system-{uuid.uuid4().hex[:6]}"
+    create(api, pod(system_pod, "kube-system", labels=worker, annotations=opted_in))
+    try:
+        assert api.get(f"/api/v1/namespaces/kube-system/pods/{system_pod}")
+    finally:
+        api.delete(f"/api/v1/namespaces/kube-system/pods/{system_pod}")
+
+    # Fail closed: an opted-in Ray pod, an invalid opt-in (raykueue would deny
+    # it), and a pod whose RayCluster might carry the opt-in.
+    text = rejected_by_us(api, pod("ray-opted-in", ns, labels=worker, annotations=opted_in))
+    assert "failed calling webhook" in text
+    rejected_by_us(api, pod("ray-bad-opt-in", ns, labels=worker,
+                            annotations={c.STANDALONE_ANNOTATION: "yes"}))
+    owner = {"apiVersion": "ray.io/v1", "kind": c.RAYCLUSTER_KIND, "name": "rc",
+             "uid": str(uuid.uuid4()), "controller": True}
+    rejected_by_us(api, pod("ray-owned", ns, labels=worker, owner=owner))
+
+    # Updates: a Ray pod without our gate never waits for raykueue; one with
+    # it (created before raykueue went down) cannot be changed, gate or not.
+    path = f"/api/v1/namespaces/{ns}/pods/ray-not-opted-in"
+    merge = {"content_type": "application/merge-patch+json"}
+    api.call("PATCH", path, {"metadata": {"labels": {"touched": "yes"}}}, **merge)
+    create(api, pod("ray-gated", ns, labels=worker, gates=[c.GATE]))
+    gated = f"/api/v1/namespaces/{ns}/pods/ray-gated"
+    for change in ({"metadata": {"labels": {"touched": "yes"}}},
+                   {"spec": {"schedulingGates": None}}):
+        with pytest.raises(KubeError) as err:
+            api.call("PATCH", gated, change, **merge)
+        assert "validate-pods.raykueue.io" in str(err.value)
+    assert rv.gates(api.get(gated)) == [c.GATE]
+
+
+def _token(api, seconds: int = 3600) -> str:
+    review = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                       "spec": {"expirationSeconds": seconds}})
+    return review["status"]["token"]
+
+
+def _service_account_kubeconfig(stack: devstack.Stack, token: str, path: Path) -> Path:
+    admin = yaml.safe_load(stack.kubeconfig.read_text())
+    ctx = next(x["context"] for x in admin["contexts"] if x["name"] == admin["current-context"])
+    cluster = next(x["cluster"] for x in admin["clusters"] if x["name"] == ctx["cluster"])
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "raykueue",
+        "clusters": [{"name": "stack", "cluster": cluster}],
+        "users": [{"name": "raykueue", "user": {"token": token}}],
+        "contexts": [{"name": "raykueue", "context": {"cluster": "stack", "user": "raykueue"}}],
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def _admit(api, wl: dict[str, Any], flavor: str) -> None:
+    """Kueue's part, as tests/api/test_controller_api.py plays it."""
+    meta = wl["metadata"]
+    (pod_set,) = wl["spec"]["podSets"]
+    now = "2026-01-01T00:00:00Z"
+    conditions = [{"type": t, "status": "True", "reason": t, "message": t, "lastTransitionTime": now,
+                   "observedGeneration": meta.get("generation", 1)}
+                  for t in ("QuotaReserved", "Admitted")]
+    body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [{
+                "name": pod_set["name"], "count": 1, "flavors": {"cpu": flavor, "memory": flavor},
+                "resourceUsage": {"cpu": "1", "memory": "1Gi"}}]},
+                "conditions": conditions}}
+    installed_path = WORKLOADS.format(ns=meta["namespace"]) + f"/{meta['name']}/status"
+    api.call("PATCH", installed_path, body, query={"fieldManager": "kueue-admission", "force": "true"},
+             content_type="application/apply-patch+yaml")
+
+
+def test_installed_rbac_is_enough_to_run(installed: devstack.Stack, new_namespace,
+                                         tmp_path: Path) -> None:
+    """`raykueue serve` as the installed ServiceAccount: CA injection into the
+    shipped configurations, the shared certificate Secret, leader election,
+    a Workload per pod and the gate lifted on admission, with no 403."""
+    api = installed.api
+    kubeconfig = _service_account_kubeconfig(installed, _token(api), tmp_path / "sa.kubeconfig")
+    server = RaykueueServer(installed, tmp_path, register=False, args=["--kubeconfig", str(kubeconfig)],
+                            env={"KUBECONFIG": str(kubeconfig),
+                                 "RAYKUEUE_POD_NAMESPACE": NAMESPACE,
+                                 "RAYKUEUE_LEASE_NAMESPACE": NAMESPACE,
+                                 "RAYKUEUE_CERT_SECRET": "raykueue-webhook-tls",
+                                 "RAYKUEUE_INJECT_CA_BUNDLE": "true"})
+    # The installed configurations, pointed at this process instead of the
+    # Service and left without a caBundle: only raykueue's injection makes
+    # the API server trust it.
+    originals = {name: api.get(config_path(plural, name)) for plural, name in CONFIGS}
+    for plural, name in CONFIGS:
+        hook_path = originals[name]["webhooks"][0]["clientConfig"]["service"]["path"]
+        api.call("PATCH", config_path(plural, name),
+                 [{"op": "replace", "path": "/webhooks/0/clientConfig",
+                   "value": {"url": server.url + hook_path}}],
+                 content_type="application/json-patch+json")
+    created_priorities = [n for n in (c.DEFAULT_HEAD_PRIORITY_CLASS, c.DEFAULT_WORKER_PRIORITY_CLASS)
+                          if api.get_or_none(f"{WPCS}/{n}") is None]
+    out = installed.kubectl("apply", "-k", str(PRIORITIES))
+    assert out.returncode == 0, out.stderr
+    flavor = ""
+    try:
+        server.start()
+        wait_for(server._called_by_api_server, timeout=90, interval=0.5,
+                 message=lambda: f"the API server to trust raykueue's injected CA; log:\n{server.logs()}")
+        ca = base64.b64encode(server.ca_pem).decode()
+        for plural, name in CONFIGS:
+            assert api.get(config_path(plural, name))["webhooks"][0]["clientConfig"]["caBundle"] == ca
+        secret = api.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/raykueue-webhook-tls")
+        assert base64.b64decode(secret["data"]["ca.crt"]) == server.ca_pem
+
+        ns = new_namespace("rbac")
+        flavor = f"install-{ns}"
+        api.call("POST", FLAVORS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                   "metadata": {"name": flavor}})
+        # A head: a worker would wait for its cluster's head to be admitted first.
+        p = rv.creatable_pod("head")
+        p["metadata"].update(name="rbac-head", namespace=ns)
+        p["metadata"].setdefault("labels", {})[c.QUEUE_LABEL] = "lq"
+        p["metadata"].setdefault("annotations", {})[c.STANDALONE_ANNOTATION] = "true"
+        assert rv.gates(create(api, p)) == [c.GATE]
+        wl = wait_for(lambda: (api.get(WORKLOADS.format(ns=ns))["items"] or [None])[0], timeout=60,
+                      message=lambda: f"a Workload for the pod; log:\n{server.logs()}")
+        _admit(api, wl, flavor)
+        wait_for(lambda: not rv.gates(api.get(f"/api/v1/namespaces/{ns}/pods/rbac-head")),
+                 timeout=60, message=lambda: f"the gate to be lifted; log:\n{server.logs()}")
+        lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/raykueue-controller")
+        assert lease["spec"]["holderIdentity"]
+        # The controller watches every namespace, so other tests' namespaces being
+        # deleted show up as a 403 of the NamespaceLifecycle plugin; that is not RBAC.
+        log = server.logs(lines=100_000)
+        forbidden = [line for line in log.splitlines()
+                     if re.search(r"\b403\b|forbidden", line, re.IGNORECASE)
+                     and "because it is being terminated" not in line]
+        assert not forbidden, "\n".join(forbidden)
+    finally:
+        server.stop()
+        if flavor:
+            api.delete(f"{FLAVORS}/{flavor}")
+        for plural, name in CONFIGS:
+            restore = copy.deepcopy(originals[name])
+            restore["metadata"] = {"name": name, "resourceVersion": api.get(
+                config_path(plural, name))["metadata"]["resourceVersion"],
+                **{k: v for k, v in restore["metadata"].items() if k in ("labels", "annotations")}}
+            api.call("PUT", config_path(plural, name), restore)
+        for n in created_priorities:
+            api.delete(f"{WPCS}/{n}")
+
+
+def test_uninstall_leaves_no_webhook_configuration(installed: devstack.Stack) -> None:
+    api = installed.api
+    out = installed.kubectl("apply", "-k", str(MANIFESTS), timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert sorted(ours_left(api)) == sorted(name for _, name in CONFIGS)
+
+    out = installed.kubectl("delete", "-k", str(MANIFESTS), timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert ours_left(api) == []
+    wait_namespace_gone(api, NAMESPACE)
+    for path in ("/apis/rbac.authorization.k8s.io/v1/clusterroles/raykueue",
+                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/raykueue",
+                 "/apis/scheduling.k8s.io/v1/priorityclasses/raykueue-critical"):
+        assert api.get_or_none(path) is None, path
+    # Pods are created without raykueue again, opted in or not.
+    probe = pod("after-uninstall", "default", labels={c.NODE_TYPE_LABEL: c.ROLE_WORKER},
+                annotations={c.STANDALONE_ANNOTATION: "true"})
+    created = api.call("POST", "/api/v1/namespaces/default/pods?dryRun=All", probe)
+    assert created["metadata"]["name"] == "after-uninstall" and rv.gates(created) == []
