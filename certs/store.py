@@ -118,9 +118,14 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 def make_server_ssl_context(paths: CertPaths) -> ssl.SSLContext:
     """TLS 1.2+ server context holding the serving pair from `paths`."""
+    return _server_context(paths.tls_cert, paths.tls_key)
+
+
+def _server_context(cert_file: str | os.PathLike[str],
+                    key_file: str | os.PathLike[str]) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(paths.tls_cert, paths.tls_key)
+    ctx.load_cert_chain(cert_file, key_file)
     return ctx
 
 
@@ -140,19 +145,23 @@ def _signature(*files: Path) -> Signature | None:
 class CertReloader:
     """Keep `ssl_context` serving whatever pair is on disk.
 
-    Each change is validated on a scratch context first and only then loaded
-    into the live one, from the very bytes that were validated: a half-written
-    or mismatched pair is ignored (and logged once) until it becomes valid.
-    `load_cert_chain` on the live context affects new handshakes only; open
-    connections keep the certificate they started with.
+    Each change is loaded into a fresh context, and the listening context's
+    SNI callback (which OpenSSL calls on every ClientHello, with or without a
+    server name) hands each new connection the newest one. The listening
+    context itself is never reloaded: `load_cert_chain` sets certificate and
+    key in two steps with the GIL released, and a handshake starting in
+    between (on the event loop, while this runs in a thread) would get a
+    certificate without its key and be cut off. A half-written or mismatched
+    pair fails to load and is ignored (and logged) until it becomes valid.
+    Open connections keep the certificate they started with.
 
-    Prefer `run()` on the event loop that serves TLS: the swap then never
-    races a handshake. `start()` polls from a thread instead.
+    `start()` polls from a thread; `run()` polls on an event loop.
     """
 
     def __init__(self, ssl_context: ssl.SSLContext, cert_path: str | os.PathLike[str],
                  key_path: str | os.PathLike[str], poll_seconds: float = 2.0) -> None:
-        self._ctx = ssl_context
+        self._current = ssl_context
+        ssl_context.sni_callback = self._hand_over
         self.cert_path, self.key_path = Path(cert_path), Path(key_path)
         self.poll_seconds = poll_seconds
         self._lock = threading.Lock()
@@ -199,20 +208,25 @@ class CertReloader:
     def _load(self) -> datetime:
         cert_pem, key_pem = self.cert_path.read_bytes(), self.key_path.read_bytes()
         expires = cert_from_pem(cert_pem).not_valid_after_utc
+        # Load from a private copy of the bytes just read, so that a writer
+        # replacing the live files meanwhile cannot pair one file's old
+        # content with the other's new.
         scratch = tempfile.mkdtemp(prefix="certreload-")  # 0700
         try:
             cert_file, key_file = os.path.join(scratch, "c"), os.path.join(scratch, "k")
             write_atomic(Path(cert_file), cert_pem, 0o600)
             write_atomic(Path(key_file), key_pem, 0o600)
-            # A failed load_cert_chain can leave a context holding the new
-            # certificate but no usable key (every handshake then fails), so
-            # the live context only ever sees a pair that loaded elsewhere.
-            probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            probe.load_cert_chain(cert_file, key_file)
-            self._ctx.load_cert_chain(cert_file, key_file)
+            fresh = _server_context(cert_file, key_file)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        self._current = fresh  # one reference swap: atomic for the handshake reading it
         return expires
+
+    def _hand_over(self, conn: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None,
+                   listening: ssl.SSLContext) -> None:
+        current = self._current
+        if current is not listening:
+            conn.context = current
 
     @staticmethod
     def _call(fn: ReloadHook, expires: datetime) -> None:
