@@ -72,7 +72,9 @@ class ControllerHost:
             return
         s = self.settings
         namespace = lease_namespace(s)
-        elector = LeaderElector(self.rest, namespace, s.lease_name, self.identity)
+        elector = LeaderElector(self.rest, namespace, s.lease_name, self.identity,
+                                lease_seconds=s.lease_seconds, renew_seconds=s.renew_seconds,
+                                retry_seconds=s.retry_seconds)
         log.info("campaigning for lease %s/%s as %s", namespace, s.lease_name, self.identity)
         elector.run(self._lead, stop)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from webhooks import contract as c
@@ -83,6 +83,12 @@ class Settings(BaseSettings):
     # `raykueue serve` against a dev cluster leads without any setup.
     lease_namespace: str | None = None
     lease_name: str = "raykueue-controller"
+    # Failover takes up to lease_seconds + retry_seconds after a leader dies
+    # without releasing the Lease; a graceful stop releases it at once.
+    # Same defaults as client-go's leader election.
+    lease_seconds: int = 15
+    renew_seconds: float = 10.0
+    retry_seconds: float = 2.0
 
     @field_validator("dns_names", "ip_addresses", "controller_identities", mode="before")
     @classmethod
@@ -93,3 +99,14 @@ class Settings(BaseSettings):
                 return orjson.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> Settings:
+        # A renew deadline at or past the lease would let two leaders overlap.
+        if not 0 < self.retry_seconds < self.renew_seconds < self.lease_seconds:
+            raise ValueError(
+                "leader election needs 0 < RAYKUEUE_RETRY_SECONDS < RAYKUEUE_RENEW_SECONDS"
+                f" < RAYKUEUE_LEASE_SECONDS; got {self.retry_seconds}, {self.renew_seconds},"
+                f" {self.lease_seconds}"
+            )
+        return self
