@@ -13,6 +13,7 @@ Logs stay in <stack dir>/logs.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -348,3 +349,32 @@ def new_namespace(api_stack: devstack.Stack) -> Iterator[Callable[..., str]]:
     yield make
     for name in made:
         api.delete(f"/api/v1/namespaces/{name}")
+
+
+# --- several replicas ---------------------------------------------------------------------
+
+
+def controller_detail(server: RaykueueServer) -> str:
+    """What the replica's /readyz says of its controller ("leading", "standing by ...")."""
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    with urllib.request.urlopen(server.url + "/readyz", context=context, timeout=5) as response:
+        return json.loads(response.read())["checks"]["controller"]["detail"]
+
+
+def start_replicas(stack: devstack.Stack, workdir: Path, env: dict[str, str],
+                   count: int = 2) -> list[RaykueueServer]:
+    """`count` unregistered `raykueue serve` processes campaigning for one Lease."""
+    replicas = []
+    for i in range(count):
+        (workdir / str(i)).mkdir()
+        replicas.append(RaykueueServer(stack, workdir / str(i), register=False, env=env).start())
+    return replicas
+
+
+def sole_leader(replicas: list[RaykueueServer], timeout: float = 60) -> RaykueueServer:
+    """Wait until exactly one running replica reports leading; return it."""
+    def leaders() -> list[RaykueueServer]:
+        return [r for r in replicas if r.running and controller_detail(r).startswith("leading")]
+
+    return wait_for(lambda: (found := leaders()) and len(found) == 1 and found[0],
+                    timeout=timeout, message="exactly one leader")

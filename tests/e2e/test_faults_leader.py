@@ -11,14 +11,13 @@ Workload.
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import time
 from pathlib import Path
 
+from app.settings import Settings
 from controller import workload as w
-from kube.leader import LeaderElector
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     admin,
     create_pod,
@@ -27,15 +26,19 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     scope,
     workload_of,
 )
-from tests.api.test_leadership import controller_detail
-from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
+from tests.stackfixtures import (  # noqa: F401 - fixture
+    RaykueueServer,
+    controller_detail,
+    new_namespace,
+    sole_leader,
+    start_replicas,
+)
 from tests.waiting import wait_for
 
 LEASE = "raykueue-controller"
-# The elector's defaults, which `raykueue serve` uses.
-_DEFAULTS = inspect.signature(LeaderElector).parameters
-LEASE_SECONDS = float(_DEFAULTS["lease_seconds"].default)
-RETRY_SECONDS = float(_DEFAULTS["retry_seconds"].default)
+# The defaults `raykueue serve` runs with.
+LEASE_SECONDS = float(Settings().lease_seconds)
+RETRY_SECONDS = Settings().retry_seconds
 JITTER = 0.2  # the elector waits retry * (1 + 0.2 * random) between attempts
 POLL = 0.1
 
@@ -43,18 +46,10 @@ POLL = 0.1
 def test_leader_killed_the_other_replica_takes_over_within_the_lease(
         api_stack, admin, ns, scope, tmp_path: Path) -> None:  # noqa: F811
     env = {"RAYKUEUE_LEASE_NAMESPACE": ns, "RAYKUEUE_LOG_LEVEL": "WARNING"}
-    replicas = []
-    for i in range(2):
-        (tmp_path / str(i)).mkdir()
-        replicas.append(RaykueueServer(api_stack, tmp_path / str(i), register=False,
-                                       env=env).start())
+    replicas = start_replicas(api_stack, tmp_path, env)
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE}"
     try:
-        def leading() -> list[RaykueueServer]:
-            return [r for r in replicas if r.running and controller_detail(r).startswith("leading")]
-
-        leader = wait_for(lambda: (found := leading()) and len(found) == 1 and found[0],
-                          timeout=60, message="exactly one leader")
+        leader = sole_leader(replicas)
         other = next(r for r in replicas if r is not leader)
         lease = api_stack.api.get(lease_path)["spec"]
         holder = lease["holderIdentity"]
