@@ -122,7 +122,7 @@ def make_queue(rest: Rest, name: str, cpu: str, memory: str) -> None:
         try:
             rest.create(path, body)
         except ApiError as e:
-            if not e.is_already_exists():
+            if not e.is_already_exists:
                 raise
     wait_for(lambda: any(cond["type"] == "Active" and cond["status"] == "True"
                          for cond in (rest.get(CQS.path(None, name)).get("status") or {})
@@ -178,13 +178,15 @@ def gates(pod: dict[str, Any]) -> list[str]:
 
 # ---- raykueue ------------------------------------------------------------------------
 
-def start_raykueue(stack: devstack.Stack, workdir: Path, probe_namespace: str) -> RaykueueServer:
+def start_raykueue(stack: devstack.Stack, workdir: Path, probe_namespace: str,
+                   env: dict[str, str] | None = None) -> RaykueueServer:
     """`raykueue serve` (webhooks + controller, no leader election) whose webhooks the API
     server calls for RAYKUEUE_NAMESPACES only; returns once a dry-run create is gated."""
     server = RaykueueServer(stack, workdir, register=False,
                             args=["--controller-identity", ADMIN,
                                   "--controller-identity", c.DEFAULT_CONTROLLER_IDENTITY],
-                            env={"RAYKUEUE_LEADER_ELECTION": "false"}, ready_timeout=180)
+                            env={"RAYKUEUE_LEADER_ELECTION": "false", **(env or {})},
+                            ready_timeout=180)
     server.start()
     devstack.register_webhooks(stack.kubeconfig, server.url, server.ca_pem,
                                namespace_selector=RAYKUEUE_NAMESPACES)

@@ -6,7 +6,8 @@ namespaces labelled bench.raykueue.io/system=kueue; raykueue (`raykueue serve`,
 webhooks + controller) serves namespaces labelled ...=raykueue; a third namespace
 has no webhook at all. Every system gets the same pod: the KubeRay worker pod
 recorded in tests/fixtures (no owner reference, requests shrunk to 100m/128Mi,
-queue label `bench`); raykueue's also carries `kueue.x-k8s.io/standalone: "true"`.
+queue label `bench`); raykueue's also carries `kueue.x-k8s.io/standalone: "true"`
+and its controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head pod).
 
 1. Pod-create latency: rounds of creates, one pod per system in turn (the order
    rotates each round), timed around the POST; median and p99 per system.
@@ -84,7 +85,7 @@ def delete_all(rest: Rest, ns: str, names: list[str], timeout: float) -> None:
         try:
             rest.delete(PODS.path(ns, name))
         except ApiError as e:
-            if not e.is_not_found():
+            if not e.is_not_found:
                 raise
     wait_for(lambda: not pods_in(rest, ns) and not workloads_in(rest, ns), timeout=timeout,
              interval=0.5, message=lambda: f"pods and Workloads in {ns} to be gone "
@@ -213,7 +214,9 @@ def main() -> int:
     make_queue(rest, "bench", cpu="1000", memory="2000Gi")
     register_kueue_pod_webhooks(stack, KUEUE_NAMESPACES)
     ns = {s: add_namespace(rest, f"bench-{s}", None if s == "none" else s, "bench") for s in SYSTEMS}
-    server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-bench-")), ns["raykueue"])
+    # The bench pods have no head: raykueue's head-first rule would hold every worker.
+    server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-bench-")), ns["raykueue"],
+                            env={"RAYKUEUE_HEAD_FIRST": "false"})
     try:
         wait_for(lambda: KUEUE_POD_GATE in dry_run_gates(stack, ns["kueue"], opt_in=False),
                  timeout=60, message="the API server to call Kueue's pod webhook")

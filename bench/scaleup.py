@@ -189,7 +189,7 @@ def main() -> int:
                   f"{' (bound reached)' if r.get('gated_timeout') else ''}; Running: "
                   f"{r['running']}/{n} after {r['running_s'] or 0:.1f}s"
                   f"{' (bound reached)' if r.get('running_timeout') else ''}; peak RSS "
-                  f"{r['hwm_mib']:.0f} MiB (idle {r['start_rss_mib']:.0f} MiB)")
+                  f"{r['hwm_mib']:.0f} MiB (at start {r['start_rss_mib']:.0f} MiB)")
             for key, count in sorted(r["writes"].items()):
                 print(f"    {label(key):32s} {count / n:6.2f} per worker")
     finally:
