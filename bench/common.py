@@ -217,3 +217,28 @@ def proc_status_kib(pid: int, field: str) -> int:
 
 def elapsed(t0: float) -> float:
     return time.monotonic() - t0
+
+
+def raykueue_writes(server: RaykueueServer) -> Counter[str]:
+    """raykueue's own count of the writes its controller sent, from its /metrics."""
+    import ssl
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    with urllib.request.urlopen(f"{server.url}/metrics", context=ctx, timeout=10) as r:
+        text = r.read().decode()
+    found: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("raykueue_api_writes_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            found[f"{labels.get('verb', '')} {labels.get('resource', '')}"] += int(float(line.split()[-1]))
+    return found
+
+
+def events_by_source(rest: Rest, namespace: str) -> Counter[tuple[str, str]]:
+    """(component that reported it, reason) -> Events in the namespace, counting repeats."""
+    found: Counter[tuple[str, str]] = Counter()
+    for ev in rest.get(f"/api/v1/namespaces/{namespace}/events")["items"]:
+        source = ev.get("reportingComponent") or (ev.get("source") or {}).get("component") or "?"
+        found[(source, ev.get("reason", "?"))] += max(1, ev.get("count") or 1)
+    return found

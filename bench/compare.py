@@ -39,11 +39,13 @@ from bench.common import (  # noqa: E402
     add_namespace,
     bench_config,
     dry_run_gates,
+    events_by_source,
     gates,
     label,
     lifecycle_writes,
     make_queue,
     percentile,
+    raykueue_writes,
     request_totals,
     spread,
     start_raykueue,
@@ -53,6 +55,7 @@ from devstack.stack import KUEUE_POD_GATE, register_kueue_pod_webhooks, unregist
 from kube.client import load_api_client  # noqa: E402
 from kube.resources import PODS  # noqa: E402
 from kube.rest import ApiError, Rest  # noqa: E402
+from tests.stackfixtures import RaykueueServer  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
 from webhooks import contract as c  # noqa: E402
 
@@ -128,8 +131,18 @@ def latency(rest: Rest, ns: dict[str, str], creates: int, rounds: int) -> None:
               f"{', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
 
 
-def lifecycle(rest: Rest, ns: str, system: str, n: int) -> tuple[Counter[Key], float]:
-    """n pods through create, admission, Running, deletion; (writes, seconds to all Running)."""
+class Phase:
+    """What one lifecycle phase measured."""
+
+    def __init__(self, writes: Counter[Key], to_running: float, events: Counter[tuple[str, str]],
+                 own: Counter[str]) -> None:
+        self.writes, self.to_running, self.events, self.own = writes, to_running, events, own
+
+
+def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer) -> Phase:
+    """n pods through create, admission, Running, deletion, until their Workloads are gone."""
+    events_before = events_by_source(rest, ns)
+    own_before = raykueue_writes(server)
     before = request_totals(rest)
     t0 = time.monotonic()
     names = [create(rest, ns, system)[0] for _ in range(n)]
@@ -161,20 +174,26 @@ def lifecycle(rest: Rest, ns: str, system: str, n: int) -> tuple[Counter[Key], f
     # The bench's own writes are the same for every system.
     writes[("POST", "pods", "")] -= n
     writes[("DELETE", "pods", "")] -= n
-    return +writes, to_running
+    events = events_by_source(rest, ns)
+    events.subtract(events_before)
+    own = raykueue_writes(server)
+    own.subtract(own_before)
+    return Phase(+writes, to_running, +events, +own)
 
 
-def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int) -> None:
+def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: RaykueueServer) -> None:
     print(f"\n## 2. API writes per pod lifecycle: {n} pods per system per round, {rounds} rounds, "
           f"systems one after another (order rotates)")
     per_round: dict[str, list[Counter[Key]]] = {s: [] for s in SYSTEMS}
+    phases: dict[str, list[Phase]] = {s: [] for s in SYSTEMS}
     for r in range(rounds):
         order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
         for system in order:
-            writes, to_running = lifecycle(rest, ns[system], system, n)
-            per_round[system].append(writes)
-            print(f"  round {r + 1} {system:8s}: {sum(writes.values()) / n:5.2f} writes/pod, "
-                  f"{n} pods Running {to_running:.1f}s after the first create")
+            phase = lifecycle(rest, ns[system], system, n, server)
+            per_round[system].append(phase.writes)
+            phases[system].append(phase)
+            print(f"  round {r + 1} {system:8s}: {sum(phase.writes.values()) / n:5.2f} writes/pod, "
+                  f"{n} pods Running {phase.to_running:.1f}s after the first create")
     keys = sorted({k for rounds_ in per_round.values() for w in rounds_ for k in w})
     print("| verb resource | " + " | ".join(SYSTEMS) + " |")
     print("|---|" + "---|" * len(SYSTEMS))
@@ -186,6 +205,14 @@ def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int) -> None:
         f"**{statistics.median(totals[s]):.2f}**" for s in SYSTEMS) + " |")
     print("(the bench's own create and delete are left out; writes every system shares, such as "
           "the scheduler's binding and kwok's status, are in)")
+    print("Events per pod by reporting component and reason (median over rounds):")
+    for system in SYSTEMS:
+        keys_ = sorted({k for p in phases[system] for k in p.events})
+        medians = {k: statistics.median(p.events.get(k, 0) for p in phases[system]) / n for k in keys_}
+        print(f"  {system}: " + ", ".join(f"{src} {reason} {x:.2f}" for (src, reason), x in medians.items()))
+    own = sorted({k for p in phases["raykueue"] for k in p.own})
+    print("raykueue's own writes per pod (its raykueue_api_writes_total): " + ", ".join(
+        f"{k} {statistics.median(p.own.get(k, 0) for p in phases['raykueue']) / n:.2f}" for k in own))
     added = {s: [t - b for t, b in zip(totals[s], totals["none"], strict=True)]
              for s in ("raykueue", "kueue")}
     ratios = [rk / kq for rk, kq in zip(added["raykueue"], added["kueue"], strict=True) if kq > 0]
@@ -225,7 +252,7 @@ def main() -> int:
               f"raykueue at {server.url}, Kueue's pod webhook on port "
               f"{stack.procs['kueue'].ports['webhook']}")
         latency(rest, ns, args.creates, args.rounds)
-        writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds)
+        writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server)
     finally:
         server.close()
         unregister_kueue_pod_webhooks(stack)
