@@ -37,6 +37,7 @@ from bench.common import (  # noqa: E402
     label,
     lifecycle_writes,
     make_queue,
+    percentile,
     proc_status_kib,
     request_totals,
     start_raykueue,
@@ -73,6 +74,7 @@ class Seen:
     """First-seen times per worker pod, fed by watch handlers (one thread each)."""
 
     def __init__(self) -> None:
+        self.created: dict[str, float] = {}
         self.gated: dict[str, float] = {}
         self.workload: dict[str, float] = {}
         self.running: dict[str, float] = {}
@@ -81,6 +83,7 @@ class Seen:
         if pod["metadata"].get("labels", {}).get(c.NODE_TYPE_LABEL) != c.ROLE_WORKER:
             return
         name, now = pod["metadata"]["name"], time.monotonic()
+        self.created.setdefault(name, now)
         if c.GATE in gates(pod):
             self.gated.setdefault(name, now)
         if pod.get("status", {}).get("phase") == "Running":
@@ -93,6 +96,10 @@ class Seen:
 
     def gated_with_workload(self) -> list[float]:
         return [max(t, self.workload[n]) for n, t in self.gated.items() if n in self.workload]
+
+    def lags(self, done: dict[str, float]) -> list[float]:
+        """Per pod: seconds from the pod first being seen to `done` (KubeRay's create rate aside)."""
+        return sorted(done[n] - self.created[n] for n in done if n in self.created)
 
 
 class RssSampler(threading.Thread):
@@ -140,7 +147,10 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
             except WaitTimeout:
                 result[f"{phase}_timeout"] = True
         times = seen.gated_with_workload()
+        workload_done = {n: max(t, seen.workload[n]) for n, t in seen.gated.items() if n in seen.workload}
         result.update(
+            created_s=max(seen.created.values()) - t0 if seen.created else None,
+            workload_lag=seen.lags(workload_done), running_lag=seen.lags(seen.running),
             gated=len(times), running=len(seen.running),
             gated_s=max(times) - t0 if times else None,
             running_s=max(seen.running.values()) - t0 if seen.running else None,
@@ -190,22 +200,32 @@ def main() -> int:
                   f"{r['running']}/{n} after {r['running_s'] or 0:.1f}s"
                   f"{' (bound reached)' if r.get('running_timeout') else ''}; peak RSS "
                   f"{r['hwm_mib']:.0f} MiB (at start {r['start_rss_mib']:.0f} MiB)")
+            for what in ("workload_lag", "running_lag"):
+                lags = r[what]
+                if lags:
+                    print(f"  {what.replace('_', ' ')} after the pod appeared: "
+                          f"p50 {percentile(lags, 0.5):.2f}s p99 {percentile(lags, 0.99):.2f}s "
+                          f"max {lags[-1]:.2f}s")
+            print(f"  KubeRay's last worker pod appeared {r['created_s'] or 0:.1f}s after the edit")
             for key, count in sorted(r["writes"].items()):
-                print(f"    {label(key):32s} {count / n:6.2f} per worker")
+                if count / n >= 0.01:
+                    print(f"    {label(key):32s} {count / n:6.2f} per worker")
     finally:
         if started and not args.keep_stack:
             devstack.down(config)
-    print("\n| workers | gated + Workload (s) | per 1,000 pods (s) | all Running (s) | peak RSS (MiB) "
-          "| writes per worker |")
-    print("|---|---|---|---|---|---|")
+    print("\n| workers | last pod created (s) | gated + Workload (s) | per 1,000 pods (s) | all Running (s) "
+          "| Workload lag p50/p99 (s) | peak RSS (MiB) | writes per worker |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         n = r["n"]
         gated = f"{r['gated_s']:.1f}" if r["gated"] >= n else f"{r['gated']}/{n} in {args.max_wait:.0f}"
         running = (f"{r['running_s']:.1f}" if r["running"] >= n
                    else f"{r['running']}/{n} in {args.max_wait:.0f}")
         rate = f"{r['gated_s'] / n * 1000:.1f}" if r["gated"] >= n else "-"
-        print(f"| {n} | {gated} | {rate} | {running} | {r['hwm_mib']:.0f} | "
-              f"{sum(r['writes'].values()) / n:.2f} |")
+        lags = r["workload_lag"]
+        lag = f"{percentile(lags, 0.5):.2f} / {percentile(lags, 0.99):.2f}" if lags else "-"
+        print(f"| {n} | {r['created_s'] or 0:.1f} | {gated} | {rate} | {running} | {lag} | "
+              f"{r['hwm_mib']:.0f} | {sum(r['writes'].values()) / n:.2f} |")
     return 0
 
 
