@@ -238,7 +238,7 @@ def main() -> int:
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     rest = Rest(api)
-    make_queue(rest, "bench", cpu="1000", memory="2000Gi")
+    make_queue(rest, "bench", cpu="2000", memory="4000Gi")
     register_kueue_pod_webhooks(stack, KUEUE_NAMESPACES)
     ns = {s: add_namespace(rest, f"bench-{s}", None if s == "none" else s, "bench") for s in SYSTEMS}
     # The bench pods have no head: raykueue's head-first rule would hold every worker.

@@ -185,10 +185,10 @@ def main() -> int:
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     rest = Rest(api)
-    make_queue(rest, "bench", cpu="1000", memory="2000Gi")
+    make_queue(rest, "bench", cpu="2000", memory="4000Gi")
     print(f"stack {'started' if started else 'reused'} at {stack.dir}; {config.nodes.count} kwok "
-          f"nodes x {config.nodes.capacity['pods']} pods; ClusterQueue bench admits up to 10,000 "
-          f"pods of {POD_RESOURCES['requests']}")
+          f"nodes x {config.nodes.capacity['pods']} pods; ClusterQueue bench: cpu 2000, memory "
+          f"4000Gi (10,000 workers: KubeRay's wait-gcs-ready init container makes each 200m/256Mi)")
     results = []
     try:
         for n in sizes:
