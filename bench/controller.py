@@ -18,13 +18,11 @@ per Workload. It prints
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import devstack  # noqa: E402
+from bench.common import request_totals  # noqa: E402
 from controller.config import ControllerConfig  # noqa: E402
 from controller.loop import Controller  # noqa: E402
 from kube.cache import WatchCache  # noqa: E402
@@ -40,24 +39,6 @@ from kube.events import EventRecorder  # noqa: E402
 from kube.resources import PODS  # noqa: E402
 from kube.rest import Rest  # noqa: E402
 from tests.api import test_controller_api as t  # noqa: E402
-
-METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[\d.e+]+)$')
-
-
-def request_totals(rest: Rest) -> Counter[tuple[str, str, str]]:
-    """(verb, resource, subresource) -> requests, from the API server's /metrics."""
-    text = rest.request("GET", "/metrics")
-    totals: Counter[tuple[str, str, str]] = Counter()
-    for line in text.splitlines():
-        match = METRIC.match(line)
-        if not match:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
-        if labels.get("dry_run"):
-            continue
-        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
-        totals[key] += int(float(match["value"]))
-    return totals
 
 
 def main() -> int:

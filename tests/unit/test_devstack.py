@@ -82,3 +82,34 @@ def test_tiers_and_ports():
     assert set(components_for("e2e")) >= {"kueue", "ray-operator", "kwok", "kube-scheduler"}
     ports = free_ports(5)
     assert len(set(ports)) == 5
+
+
+def test_kueue_pod_integration_overlay_turns_pod_on_only_in_selected_namespaces(tmp_path):
+    from devstack.stack import kueue_pod_integration
+
+    selector = {"matchLabels": {"bench.raykueue.io/system": "kueue"}}
+    stack = Stack(StackConfig(stack_dir=tmp_path, kueue_config=kueue_pod_integration(selector)))
+    cfg = stack._kueue_config(health=1, webhook=2)
+    assert cfg["integrations"]["frameworks"] == ["batch/job", "pod"]
+    assert cfg["managedJobsNamespaceSelector"] == selector
+    # the default stays pod-free
+    assert "managedJobsNamespaceSelector" not in Stack(StackConfig(stack_dir=tmp_path))._kueue_config(1, 2)
+
+
+def test_kueue_pod_webhooks_match_what_kueue_ships():
+    from devstack.stack import kueue_pod_webhook_configurations
+
+    selector = {"matchLabels": {"team": "x"}}
+    mutating, validating = kueue_pod_webhook_configurations("https://127.0.0.1:7000/", b"CA", selector)
+    (m,), (v,) = mutating["webhooks"], validating["webhooks"]
+    assert (m["name"], m["clientConfig"]["url"]) == ("mpod.kb.io", "https://127.0.0.1:7000/mutate--v1-pod")
+    assert (v["name"], v["clientConfig"]["url"]) == ("vpod.kb.io",
+                                                     "https://127.0.0.1:7000/validate--v1-pod")
+    assert m["rules"][0]["operations"] == ["CREATE"]
+    assert v["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    assert base64.b64decode(v["clientConfig"]["caBundle"]) == b"CA"
+    assert m["namespaceSelector"] == v["namespaceSelector"] == selector
+    selector["matchLabels"]["team"] = "changed"  # the configurations hold their own copy
+    assert m["namespaceSelector"] == {"matchLabels": {"team": "x"}}
+    # Kueue's configurations sort before raykueue's
+    assert all(c["metadata"]["name"] < contract.MUTATING_WEBHOOK_CONFIG for c in (mutating, validating))

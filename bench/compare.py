@@ -1,0 +1,267 @@
+"""raykueue vs Kueue's own pod integration, side by side on one real control plane.
+
+One e2e stack (devstack) with the real Kueue manager's `pod` integration on, limited
+by managedJobsNamespaceSelector and by its registered webhooks' namespaceSelector to
+namespaces labelled bench.raykueue.io/system=kueue; raykueue (`raykueue serve`,
+webhooks + controller) serves namespaces labelled ...=raykueue; a third namespace
+has no webhook at all. Every system gets the same pod: the KubeRay worker pod
+recorded in tests/fixtures (no owner reference, requests shrunk to 100m/128Mi,
+queue label `bench`); raykueue's also carries `kueue.x-k8s.io/standalone: "true"`
+and its controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head pod).
+
+1. Pod-create latency: rounds of creates, one pod per system in turn (the order
+   rotates each round), timed around the POST; median and p99 per system.
+2. API writes per pod lifecycle (create, admit, run on a kwok node, delete, until
+   the Workload is gone), from apiserver_request_total by verb and resource. The
+   counters are cluster-wide, so systems take turns, never overlap, rotate order.
+
+    python bench/compare.py [--creates 40] [--rounds 5] [--lifecycle-pods 50] [--lifecycle-rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import devstack  # noqa: E402
+from bench.common import (  # noqa: E402
+    KUEUE_NAMESPACES,
+    WORKLOADS,
+    Key,
+    add_namespace,
+    bench_config,
+    dry_run_gates,
+    events_by_source,
+    gates,
+    label,
+    lifecycle_writes,
+    make_queue,
+    percentile,
+    raykueue_writes,
+    request_totals,
+    spread,
+    start_raykueue,
+    worker_pod,
+)
+from devstack.stack import KUEUE_POD_GATE, register_kueue_pod_webhooks, unregister_kueue_pod_webhooks  # noqa: E402
+from kube.client import load_api_client  # noqa: E402
+from kube.resources import PODS  # noqa: E402
+from kube.rest import ApiError, Rest  # noqa: E402
+from tests.stackfixtures import RaykueueServer  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
+from webhooks import contract as c  # noqa: E402
+
+SYSTEMS = ("none", "raykueue", "kueue")
+EXPECTED_GATE = {"none": None, "raykueue": c.GATE, "kueue": KUEUE_POD_GATE}
+
+
+def create(rest: Rest, ns: str, system: str) -> tuple[str, float]:
+    """Create one pod; (name, seconds the POST took). Checks the webhook did its part."""
+    pod = worker_pod(ns, opt_in=system == "raykueue")
+    t = time.perf_counter()
+    created = rest.create(PODS.path(ns), pod)
+    took = time.perf_counter() - t
+    want = EXPECTED_GATE[system]
+    if (want is None and gates(created)) or (want and want not in gates(created)):
+        raise RuntimeError(f"{system}: pod created with gates {gates(created)}, expected {want}")
+    return created["metadata"]["name"], took
+
+
+def pods_in(rest: Rest, ns: str) -> list[dict]:
+    return rest.get(PODS.path(ns))["items"]
+
+
+def workloads_in(rest: Rest, ns: str) -> list[dict]:
+    return rest.get(WORKLOADS.path(ns))["items"]
+
+
+def delete_all(rest: Rest, ns: str, names: list[str], timeout: float) -> None:
+    for name in names:
+        try:
+            rest.delete(PODS.path(ns, name))
+        except ApiError as e:
+            if not e.is_not_found:
+                raise
+    wait_for(lambda: not pods_in(rest, ns) and not workloads_in(rest, ns), timeout=timeout,
+             interval=0.5, message=lambda: f"pods and Workloads in {ns} to be gone "
+             f"({len(pods_in(rest, ns))} pods, {len(workloads_in(rest, ns))} Workloads left)")
+
+
+def latency(rest: Rest, ns: dict[str, str], creates: int, rounds: int) -> None:
+    print(f"\n## 1. pod-create latency: {creates} creates per system per round, {rounds} rounds, "
+          f"systems interleaved pod by pod")
+    took: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    medians: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    for r in range(rounds):
+        order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
+        made: dict[str, list[str]] = {s: [] for s in SYSTEMS}
+        this: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        for _ in range(creates):
+            for system in order:
+                name, seconds = create(rest, ns[system], system)
+                made[system].append(name)
+                this[system].append(seconds * 1e3)
+        for system in SYSTEMS:
+            took[system] += this[system]
+            medians[system].append(statistics.median(this[system]))
+        print(f"  round {r + 1} (order {', '.join(order)}): " + ", ".join(
+            f"{s} p50 {statistics.median(this[s]):.1f} ms" for s in SYSTEMS))
+        for system in SYSTEMS:
+            delete_all(rest, ns[system], made[system], timeout=120 + creates * 2)
+    print("| system | creates | p50 ms | p99 ms | added over no webhook, p50 | round p50s (spread) |")
+    print("|---|---|---|---|---|---|")
+    base = statistics.median(took["none"])
+    for system in SYSTEMS:
+        p50 = statistics.median(took[system])
+        print(f"| {system} | {len(took[system])} | {p50:.1f} | {percentile(took[system], 0.99):.1f} | "
+              f"{p50 - base:+.1f} ms | {spread(medians[system])} |")
+    added = {s: [m - b for m, b in zip(medians[s], medians["none"], strict=True)]
+             for s in ("raykueue", "kueue")}
+    ratios = [rk / kq for rk, kq in zip(added["raykueue"], added["kueue"], strict=True) if kq > 0]
+    if ratios:
+        print(f"raykueue's added p50 / Kueue's added p50, per round: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
+
+
+class Phase:
+    """What one lifecycle phase measured."""
+
+    def __init__(self, writes: Counter[Key], to_running: float, events: Counter[tuple[str, str]],
+                 own: Counter[str]) -> None:
+        self.writes, self.to_running, self.events, self.own = writes, to_running, events, own
+
+
+def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer) -> Phase:
+    """n pods through create, admission, Running, deletion, until their Workloads are gone."""
+    events_before = events_by_source(rest, ns)
+    own_before = raykueue_writes(server)
+    before = request_totals(rest)
+    t0 = time.monotonic()
+    names = [create(rest, ns, system)[0] for _ in range(n)]
+
+    def running() -> bool:
+        pods = pods_in(rest, ns)
+        return len(pods) == n and all(p["status"].get("phase") == "Running" for p in pods)
+
+    wait_for(running, timeout=120 + n * 3, interval=0.5,
+             message=lambda: f"{n} {system} pods Running in {ns}")
+    to_running = time.monotonic() - t0
+    if system != "none":
+        wait_for(lambda: sum(1 for wl in workloads_in(rest, ns) if any(
+            cd["type"] == "PodsReady" and cd["status"] == "True"
+            for cd in (wl.get("status") or {}).get("conditions", []))) == n,
+            timeout=120 + n * 3, interval=0.5, message=f"PodsReady on {n} {system} Workloads")
+    delete_all(rest, ns, names, timeout=120 + n * 3)
+    # Wait until the trailing writes (events, queue status) have landed: no change for 3s.
+    last = {"writes": Counter(), "since": time.monotonic()}
+
+    def quiet() -> bool:
+        now = lifecycle_writes(before, request_totals(rest))
+        if now != last["writes"]:
+            last.update(writes=now, since=time.monotonic())
+        return time.monotonic() - last["since"] >= 3
+
+    wait_for(quiet, timeout=90, interval=1, message="the write counters to settle")
+    writes = lifecycle_writes(before, request_totals(rest))
+    # The bench's own writes are the same for every system.
+    writes[("POST", "pods", "")] -= n
+    writes[("DELETE", "pods", "")] -= n
+    events = events_by_source(rest, ns)
+    events.subtract(events_before)
+    own = raykueue_writes(server)
+    own.subtract(own_before)
+    return Phase(+writes, to_running, +events, +own)
+
+
+def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: RaykueueServer) -> None:
+    print(f"\n## 2. API writes per pod lifecycle: {n} pods per system per round, {rounds} rounds, "
+          f"systems one after another (order rotates)")
+    per_round: dict[str, list[Counter[Key]]] = {s: [] for s in SYSTEMS}
+    phases: dict[str, list[Phase]] = {s: [] for s in SYSTEMS}
+    for r in range(rounds):
+        order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
+        for system in order:
+            phase = lifecycle(rest, ns[system], system, n, server)
+            per_round[system].append(phase.writes)
+            phases[system].append(phase)
+            print(f"  round {r + 1} {system:8s}: {sum(phase.writes.values()) / n:5.2f} writes/pod, "
+                  f"{n} pods Running {phase.to_running:.1f}s after the first create")
+    keys = sorted({k for rounds_ in per_round.values() for w in rounds_ for k in w})
+    print("| verb resource | " + " | ".join(SYSTEMS) + " |")
+    print("|---|" + "---|" * len(SYSTEMS))
+    for key in keys:
+        cells = [statistics.median(w.get(key, 0) for w in per_round[s]) / n for s in SYSTEMS]
+        print(f"| {label(key)} | " + " | ".join(f"{x:.2f}" for x in cells) + " |")
+    totals = {s: [sum(w.values()) / n for w in per_round[s]] for s in SYSTEMS}
+    print("| **total per pod** | " + " | ".join(
+        f"**{statistics.median(totals[s]):.2f}**" for s in SYSTEMS) + " |")
+    print("(the bench's own create and delete are left out; writes every system shares, such as "
+          "the scheduler's binding and kwok's status, are in)")
+    print("Events per pod by reporting component and reason (median over rounds):")
+    for system in SYSTEMS:
+        keys_ = sorted({k for p in phases[system] for k in p.events})
+        medians = {k: statistics.median(p.events.get(k, 0) for p in phases[system]) / n for k in keys_}
+        print(f"  {system}: " + ", ".join(f"{src} {reason} {x:.2f}" for (src, reason), x in medians.items()))
+    own = sorted({k for p in phases["raykueue"] for k in p.own})
+    print("raykueue's own writes per pod (its raykueue_api_writes_total): " + ", ".join(
+        f"{k} {statistics.median(p.own.get(k, 0) for p in phases['raykueue']) / n:.2f}" for k in own))
+    added = {s: [t - b for t, b in zip(totals[s], totals["none"], strict=True)]
+             for s in ("raykueue", "kueue")}
+    ratios = [rk / kq for rk, kq in zip(added["raykueue"], added["kueue"], strict=True) if kq > 0]
+    for system in SYSTEMS:
+        print(f"{system} total per round: {', '.join(f'{x:.2f}' for x in totals[system])}")
+    print(f"writes added over no webhook: raykueue {statistics.median(added['raykueue']):.2f}, "
+          f"kueue {statistics.median(added['kueue']):.2f} per pod; raykueue / kueue per round "
+          f"{', '.join(f'{x:.2f}' for x in ratios)}, median "
+          f"{statistics.median(ratios) if ratios else float('nan'):.2f} (goal: at most 0.50)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--creates", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--lifecycle-pods", type=int, default=50)
+    parser.add_argument("--lifecycle-rounds", type=int, default=3)
+    parser.add_argument("--keep-stack", action="store_true", help="leave a stack this run started")
+    args = parser.parse_args()
+
+    config = bench_config()
+    stack, started = devstack.up("e2e", config)
+    api = load_api_client(str(stack.kubeconfig))
+    assert api is not None
+    rest = Rest(api)
+    make_queue(rest, "bench", cpu="2000", memory="4000Gi")
+    register_kueue_pod_webhooks(stack, KUEUE_NAMESPACES)
+    ns = {s: add_namespace(rest, f"bench-{s}", None if s == "none" else s, "bench") for s in SYSTEMS}
+    # The bench pods have no head: raykueue's head-first rule would hold every worker.
+    server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-bench-")), ns["raykueue"],
+                            env={"RAYKUEUE_HEAD_FIRST": "false"})
+    try:
+        wait_for(lambda: KUEUE_POD_GATE in dry_run_gates(stack, ns["kueue"], opt_in=False),
+                 timeout=60, message="the API server to call Kueue's pod webhook")
+        assert not dry_run_gates(stack, ns["none"], opt_in=True), "no webhook in the plain namespace"
+        print(f"stack {'started' if started else 'reused'} at {stack.dir}; namespaces {ns}; "
+              f"raykueue at {server.url}, Kueue's pod webhook on port "
+              f"{stack.procs['kueue'].ports['webhook']}")
+        latency(rest, ns, args.creates, args.rounds)
+        writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server)
+    finally:
+        server.close()
+        unregister_kueue_pod_webhooks(stack)
+        for name in ns.values():
+            rest.delete(f"/api/v1/namespaces/{name}")
+        if started and not args.keep_stack:
+            devstack.down(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

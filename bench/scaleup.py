@@ -1,0 +1,233 @@
+"""Scale-up of a real RayCluster through the real KubeRay operator, raykueue and Kueue.
+
+For each size N: a fresh namespace (raykueue's webhooks serve it), a fresh
+`raykueue serve` subprocess (webhooks + controller, the whole process measured),
+a RayCluster opted in with `kueue.x-k8s.io/standalone: "true"` whose head is
+Running before the clock starts; then its worker group is edited from 0 to N
+replicas. Watches record when each worker pod was first seen gated and when its
+Workload was first seen, and when the pod was first seen Running. Printed per N:
+time until every worker is gated with its Workload, time until every admissible
+worker is Running, the server's peak RSS (VmHWM from /proc), API writes per pod
+(apiserver_request_total) and how far it got when a bound ran out.
+
+    python bench/scaleup.py [--sizes 100,1000,5000] [--max-wait 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import devstack  # noqa: E402
+from bench.common import (  # noqa: E402
+    POD_RESOURCES,
+    QUEUE,
+    RAYCLUSTERS,
+    WORKLOADS,
+    add_namespace,
+    bench_config,
+    gates,
+    label,
+    lifecycle_writes,
+    make_queue,
+    percentile,
+    proc_status_kib,
+    request_totals,
+    start_raykueue,
+)
+from kube.cache import WatchCache  # noqa: E402
+from kube.client import load_api_client  # noqa: E402
+from kube.resources import PODS  # noqa: E402
+from kube.rest import Rest  # noqa: E402
+from tests.waiting import WaitTimeout, wait_for  # noqa: E402
+from webhooks import contract as c  # noqa: E402
+
+CLUSTER = "scale"
+
+
+def raycluster(ns: str, max_workers: int) -> dict:
+    container = {"image": "rayproject/ray:2.46.0", "resources": POD_RESOURCES}
+    return {
+        "apiVersion": RAYCLUSTERS.api_version, "kind": "RayCluster",
+        "metadata": {"name": CLUSTER, "namespace": ns, "labels": {c.QUEUE_LABEL: QUEUE},
+                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                "containers": [{"name": "ray-head", **container}]}}},
+            "workerGroupSpecs": [{
+                "groupName": "cpu", "replicas": 0, "minReplicas": 0, "maxReplicas": max_workers,
+                "rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-worker", **container}]}},
+            }],
+        },
+    }
+
+
+class Seen:
+    """First-seen times per worker pod, fed by watch handlers (one thread each)."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, float] = {}
+        self.gated: dict[str, float] = {}
+        self.workload: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+
+    def on_pod(self, _event: str, pod: dict) -> None:
+        if pod["metadata"].get("labels", {}).get(c.NODE_TYPE_LABEL) != c.ROLE_WORKER:
+            return
+        name, now = pod["metadata"]["name"], time.monotonic()
+        self.created.setdefault(name, now)
+        if c.GATE in gates(pod):
+            self.gated.setdefault(name, now)
+        if pod.get("status", {}).get("phase") == "Running":
+            self.running.setdefault(name, now)
+
+    def on_workload(self, _event: str, wl: dict) -> None:
+        for owner in wl["metadata"].get("ownerReferences") or []:
+            if owner.get("kind") == "Pod":
+                self.workload.setdefault(owner["name"], time.monotonic())
+
+    def gated_with_workload(self) -> list[float]:
+        return [max(t, self.workload[n]) for n, t in self.gated.items() if n in self.workload]
+
+    def lags(self, done: dict[str, float]) -> list[float]:
+        """Per pod: seconds from the pod first being seen to `done` (KubeRay's create rate aside)."""
+        return sorted(done[n] - self.created[n] for n in done if n in self.created)
+
+
+class RssSampler(threading.Thread):
+    """Peak RSS of one process: VmHWM (kernel's own high-water mark) at the end."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.stop = threading.Event()
+        self.start_rss = proc_status_kib(pid, "VmRSS")
+        self.hwm = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            self.hwm = max(self.hwm, proc_status_kib(self.pid, "VmHWM"))
+
+
+def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict:
+    ns = add_namespace(rest, f"scale-{n}", "raykueue", "bench")
+    server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-scale-")), ns)
+    assert server.proc is not None
+    rss = RssSampler(server.proc.pid)
+    rss.start()
+    seen = Seen()
+    caches = [WatchCache(rest, PODS, namespace=ns), WatchCache(rest, WORKLOADS, namespace=ns)]
+    caches[0].add_handler(seen.on_pod)
+    caches[1].add_handler(seen.on_workload)
+    result: dict = {"n": n, "ns": ns}
+    try:
+        rest.create(RAYCLUSTERS.path(ns), raycluster(ns, n))
+        wait_for(lambda: any(p["status"].get("phase") == "Running"
+                             for p in rest.get(PODS.path(ns))["items"]), timeout=180,
+                 message="the Ray head to be admitted and Running")
+        for cache in caches:
+            cache.start()
+            cache.wait_synced(60)
+        before = request_totals(rest)
+        t0 = time.monotonic()
+        rest.json_patch(RAYCLUSTERS.path(ns, CLUSTER),
+                        [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": n}])
+        for phase, done in (("gated", lambda: len(seen.gated_with_workload()) >= n),
+                            ("running", lambda: len(seen.running) >= n)):
+            try:
+                wait_for(done, timeout=max_wait, interval=1.0, message=phase)
+            except WaitTimeout:
+                result[f"{phase}_timeout"] = True
+        times = seen.gated_with_workload()
+        workload_done = {n: max(t, seen.workload[n]) for n, t in seen.gated.items() if n in seen.workload}
+        result.update(
+            created_s=max(seen.created.values()) - t0 if seen.created else None,
+            workload_lag=seen.lags(workload_done), running_lag=seen.lags(seen.running),
+            gated=len(times), running=len(seen.running),
+            gated_s=max(times) - t0 if times else None,
+            running_s=max(seen.running.values()) - t0 if seen.running else None,
+            hwm_mib=max(rss.hwm, proc_status_kib(server.proc.pid, "VmHWM")) / 1024,
+            start_rss_mib=rss.start_rss / 1024,
+            writes=lifecycle_writes(before, request_totals(rest)),
+        )
+    finally:
+        rss.stop.set()
+        for cache in caches:
+            cache.stop()
+        rest.delete(f"/api/v1/namespaces/{ns}")
+        try:
+            wait_for(lambda: not rest.get(PODS.path(ns))["items"], timeout=max_wait, interval=2,
+                     message=f"the pods of {ns} to be deleted")
+        except WaitTimeout as e:
+            print(f"  cleanup: {e}")
+        server.close()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000,5000")
+    parser.add_argument("--max-wait", type=float, default=900, help="bound on each phase, seconds")
+    parser.add_argument("--keep-stack", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    config = bench_config()
+    stack, started = devstack.up("e2e", config)
+    api = load_api_client(str(stack.kubeconfig))
+    assert api is not None
+    rest = Rest(api)
+    make_queue(rest, "bench", cpu="2000", memory="4000Gi")
+    print(f"stack {'started' if started else 'reused'} at {stack.dir}; {config.nodes.count} kwok "
+          f"nodes x {config.nodes.capacity['pods']} pods; ClusterQueue bench: cpu 2000, memory "
+          f"4000Gi (10,000 workers: KubeRay's wait-gcs-ready init container makes each 200m/256Mi)")
+    results = []
+    try:
+        for n in sizes:
+            print(f"\n-- {n} workers")
+            r = one_size(stack, rest, n, args.max_wait)
+            results.append(r)
+            print(f"  gated with Workload: {r['gated']}/{n} after {r['gated_s'] or 0:.1f}s"
+                  f"{' (bound reached)' if r.get('gated_timeout') else ''}; Running: "
+                  f"{r['running']}/{n} after {r['running_s'] or 0:.1f}s"
+                  f"{' (bound reached)' if r.get('running_timeout') else ''}; peak RSS "
+                  f"{r['hwm_mib']:.0f} MiB (at start {r['start_rss_mib']:.0f} MiB)")
+            for what in ("workload_lag", "running_lag"):
+                lags = r[what]
+                if lags:
+                    print(f"  {what.replace('_', ' ')} after the pod appeared: "
+                          f"p50 {percentile(lags, 0.5):.2f}s p99 {percentile(lags, 0.99):.2f}s "
+                          f"max {lags[-1]:.2f}s")
+            print(f"  KubeRay's last worker pod appeared {r['created_s'] or 0:.1f}s after the edit")
+            for key, count in sorted(r["writes"].items()):
+                if count / n >= 0.01:
+                    print(f"    {label(key):32s} {count / n:6.2f} per worker")
+    finally:
+        if started and not args.keep_stack:
+            devstack.down(config)
+    print("\n| workers | last pod created (s) | gated + Workload (s) | per 1,000 pods (s) | all Running (s) "
+          "| Workload lag p50/p99 (s) | peak RSS (MiB) | writes per worker |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        n = r["n"]
+        gated = f"{r['gated_s']:.1f}" if r["gated"] >= n else f"{r['gated']}/{n} in {args.max_wait:.0f}"
+        running = (f"{r['running_s']:.1f}" if r["running"] >= n
+                   else f"{r['running']}/{n} in {args.max_wait:.0f}")
+        rate = f"{r['gated_s'] / n * 1000:.1f}" if r["gated"] >= n else "-"
+        lags = r["workload_lag"]
+        lag = f"{percentile(lags, 0.5):.2f} / {percentile(lags, 0.99):.2f}" if lags else "-"
+        print(f"| {n} | {r['created_s'] or 0:.1f} | {gated} | {rate} | {running} | {lag} | "
+              f"{r['hwm_mib']:.0f} | {sum(r['writes'].values()) / n:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
