@@ -54,6 +54,21 @@ class FinishWorkload:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteWorkload:
+    """The pod is being deleted: delete its Workload, freeing the quota at once.
+
+    One write, where marking it Finished would be two: ours, and the garbage
+    collector's delete once the pod is gone. Kueue drops a deleted Workload
+    from its cache on the delete event. `uid` makes the delete conditional.
+    """
+
+    workload: str
+    uid: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class EvictPod:
     """Condition on the pod, event, delete; a FinishWorkload follows."""
 
@@ -87,7 +102,8 @@ class Wait:
     reason: str
 
 
-Action = CreateWorkload | LiftGate | SetPodsReady | FinishWorkload | EvictPod | ReportConflict | Warn | Wait
+Action = (CreateWorkload | LiftGate | SetPodsReady | FinishWorkload | DeleteWorkload | EvictPod
+          | ReportConflict | Warn | Wait)
 
 # Conflict kinds (metric label, event reason).
 CONFLICT_KUEUE_POD: Final = "KueueManagesPod"
@@ -163,8 +179,7 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
 
     if p.is_deleting(pod) or p.is_terminal(pod):
         if current is not None:
-            reason, message = end_of_pod(pod)
-            actions += _finish(current, reason, message)
+            actions += release(pod, current)
         return actions
 
     if current is None:
@@ -327,6 +342,22 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
 def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
     if w.is_finished(wl) or w.is_deleting(wl):
         return []
+    return [FinishWorkload(_name(wl), reason, message)]
+
+
+def release(pod: Obj, wl: Obj) -> list[Action]:
+    """Free the quota of a pod that is going or done.
+
+    A pod being deleted takes its Workload with it (DeleteWorkload). A pod
+    that ended but stays (Succeeded or Failed, not deleted) gets its Workload
+    Finished, which keeps the outcome readable until the pod goes; an already
+    Finished Workload is left to the garbage collector.
+    """
+    if w.is_finished(wl) or w.is_deleting(wl):
+        return []
+    reason, message = end_of_pod(pod)
+    if p.is_deleting(pod):
+        return [DeleteWorkload(_name(wl), str(metadata(wl).get("uid") or ""), reason, message)]
     return [FinishWorkload(_name(wl), reason, message)]
 
 

@@ -61,6 +61,8 @@ def verdict(pod: Obj, workloads: Sequence[Obj], ctx: d.Context) -> str:
             return f"evicted by Kueue ({action.reason}): the pod is about to be deleted"
         if isinstance(action, d.FinishWorkload):
             return f"finishing its Workload: {action.message}"
+        if isinstance(action, d.DeleteWorkload):
+            return f"deleting its Workload: {action.message}"
     if p.is_gated(pod):
         return "gated, nothing pending on raykueue's side"
     return "not gated: the scheduler places it (or already did)"

@@ -17,14 +17,18 @@ API writes per pod, for a pod that is admitted, runs and is scaled down:
    WaitForPodsReady evicts an admitted Workload that never gets it. The
    PodsReady=False of Kueue's integrations before readiness is not written:
    Kueue treats an absent condition the same way (admittedNotReadyWorkload).
-4. Apply Workload status Finished=True once the pod is deleted or terminal,
-   so the quota is free at once instead of when the garbage collector gets to
-   the Workload; without a pod finalizer this is the only early signal.
+4. DELETE the Workload once the pod is being deleted, so the quota is free
+   at once (Kueue drops it on the delete event) instead of when the garbage
+   collector gets to it after the pod's grace period. Marking it Finished
+   instead would be one write more: ours, then the collector's delete. A pod
+   that ends but stays (Succeeded, Failed) gets Finished=True, which keeps
+   its outcome readable until the pod goes.
 
-So 4 writes; the garbage collector's delete of the Workload is not ours.
-An eviction adds 3 (pod condition, Event, pod delete) and makes the finish
-step the 7th. A Warning Event is written only when something needs a human:
-a conflict, a missing WorkloadPriorityClass, an eviction.
+So 4 writes, and nothing left for the garbage collector. An eviction takes
+4 in place of step 4 (pod condition, Event, pod delete, Finished=Evicted);
+the collector then deletes the Workload. A Warning Event is written only
+when something needs a human: a conflict, a missing WorkloadPriorityClass,
+an eviction.
 """
 
 from __future__ import annotations
@@ -499,8 +503,7 @@ class Controller:
                 # "departs" from the cache, without a deletionTimestamp.
                 if (departed is not None and uid == p.uid(departed)
                         and (p.is_deleting(departed) or p.is_terminal(departed))):
-                    reason, message = d.end_of_pod(departed)
-                    out.append(d.FinishWorkload(action.workload, reason, message))
+                    out += d.release(departed, wl) if wl is not None else []
                     continue
                 if uid and key[1] != ORPHANS and self._pod_still_exists(key, uid):
                     log.warning("%s/%s: pod exists but is no longer labelled %s=%s; leaving "
@@ -550,6 +553,8 @@ class Controller:
                 m.WORKLOADS_FINISHED.labels(reason=action.reason).inc()
                 log.info("%s/%s: Workload %s finished (%s)", key[0], key[1], action.workload,
                          action.reason)
+        elif isinstance(action, d.DeleteWorkload):
+            self._delete_workload(action, key, workloads)
         elif isinstance(action, d.EvictPod):
             assert pod is not None
             self._evict(action, key, pod, workloads.get(action.workload))
@@ -640,6 +645,23 @@ class Controller:
             # PodsReady) must carry what this one applied.
             workloads[name] = applied
         return True
+
+    def _delete_workload(self, action: d.DeleteWorkload, key: Key,
+                         workloads: dict[str, Obj]) -> None:
+        wl = workloads.get(action.workload)
+        ns = str(metadata(wl).get("namespace") or key[0]) if wl is not None else key[0]
+        path = workload_resource(self.version).path(ns, action.workload)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions",
+                   "preconditions": {"uid": action.uid}} if action.uid else None
+        try:
+            self._write("delete", "workloads", lambda: self.rest.delete(path, options))
+        except ApiError as exc:
+            # 404: gone already; 409: a namesake stands there now, not this pod's.
+            if not (exc.is_not_found or exc.status == 409):
+                raise _Retry(f"deleting Workload {action.workload}: {exc}") from exc
+            return
+        m.WORKLOADS_DELETED.labels(reason=action.reason).inc()
+        log.info("%s/%s: deleted Workload %s (%s)", key[0], key[1], action.workload, action.reason)
 
     def _evict(self, action: d.EvictPod, key: Key, pod: Obj, wl: Obj | None) -> None:
         ns, name = key

@@ -38,6 +38,11 @@ WORKLOADS_CREATED = Counter(
     "Workloads created for gated pods, by Ray role.",
     ["role"],
 )
+WORKLOADS_DELETED = Counter(
+    "raykueue_workloads_deleted",
+    "Workloads deleted by raykueue because their pod was being deleted, by reason.",
+    ["reason"],
+)
 WORKLOADS_FINISHED = Counter(
     "raykueue_workloads_finished",
     "Workloads marked Finished by raykueue, by reason.",

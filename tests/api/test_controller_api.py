@@ -349,20 +349,18 @@ def test_lifecycle_head_first_with_four_writes_per_pod(admin, ns, scope, as_cont
     managers = {f["manager"] for f in ready["metadata"]["managedFields"]}
     assert {"raykueue", KUEUE_MANAGER} <= managers
 
-    # 5. Scale-down: Finished at once, nothing of Kueue's lost.
+    # 5. Scale-down: the Workload goes at once, while the pod still terminates
+    # (its finalizer stands in for the grace period), so Kueue frees the quota
+    # without waiting for the garbage collector.
     admin.delete(PODS.path(ns, "rc-worker-a"))
-    done = wait_for(lambda: (x := workload_of(admin, worker)) and
-                    (cond(x, "Finished") or {}).get("status") == "True" and x,
-                    timeout=30, message="Finished=True")
-    assert cond(done, "Finished")["reason"] == "PodDeleted"
-    assert cond(done, "PodsReady")["status"] == "True"
-    assert cond(done, "QuotaReserved")["status"] == "True"
+    wait_for(lambda: workload_of(admin, worker) is None, timeout=30, message="Workload deleted")
+    terminating = live(admin, worker)
+    assert terminating is not None and terminating["metadata"].get("deletionTimestamp")
     release(admin, worker)
-    wait_for(lambda: workload_of(admin, worker) is None, timeout=60,
-             message="the garbage collector to delete the worker's Workload")
 
+    # POST Workload, PATCH gate, apply (PATCH) PodsReady, DELETE Workload.
     writes = as_controller.writes_about("rc-worker-a")
-    assert sorted(m for m, _ in writes) == ["PATCH", "PATCH", "PATCH", "POST"], writes
+    assert sorted(m for m, _ in writes) == ["DELETE", "PATCH", "PATCH", "POST"], writes
     assert len(writes) == 4, writes
 
 
@@ -418,13 +416,16 @@ def test_workload_orphaned_while_down_is_finished_on_start(admin, ns, scope, run
     admit(admin, pod, scope)
     wait_for(lambda: not gates(live(admin, pod)), timeout=30, message="gate lifted")
     first.stop()
-    # The pod goes while no controller runs, its Workload left behind ownerless.
+    # The pod goes while no controller runs, its Workload left behind ownerless:
+    # what the collector's orphaning does, written directly, because a
+    # collector that has not synced its Workload monitor yet (a fresh stack)
+    # deletes the Workload as garbage instead.
+    admin.json_patch(WORKLOADS.path(ns, w.workload_name(pod)),
+                     [{"op": "remove", "path": "/metadata/ownerReferences"}])
     admin.delete(PODS.path(ns, "rc-orphan"), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                              "propagationPolicy": "Orphan"})
-    wait_for(lambda: not (workload_of(admin, pod) or {}).get("metadata", {})
-             .get("ownerReferences"), timeout=60, message="the Workload to be orphaned")
-    # The collector orphans through the pod's "orphan" finalizer: wait for the pod to go.
+                                              "gracePeriodSeconds": 0})
     wait_for(lambda: live(admin, pod) is None, timeout=60, message="the pod to be gone")
+    assert workload_of(admin, pod) is not None
     run_controller(head_first=False)
     done = wait_for(lambda: (x := workload_of(admin, pod)) and cond(x, "Finished") and x,
                     timeout=30, message="orphan finished")

@@ -218,13 +218,12 @@ def test_not_yet_ready_writes_nothing():
 # --- 4. scale-down -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("phase", "deleting", "reason"), [
-    ("Running", True, d.FINISHED_POD_DELETED),
-    ("Succeeded", False, d.FINISHED_SUCCEEDED),
-    ("Failed", False, d.FINISHED_FAILED),
+@pytest.mark.parametrize(("phase", "reason"), [
+    ("Succeeded", d.FINISHED_SUCCEEDED),
+    ("Failed", d.FINISHED_FAILED),
 ])
-def test_pod_end_finishes_its_workload(phase, deleting, reason):
-    pod = o.pod(gated=False, phase=phase, ready=False, deleting=deleting)
+def test_pod_that_ended_and_stays_finishes_its_workload(phase, reason):
+    pod = o.pod(gated=False, phase=phase, ready=False)
     wl = o.workload(pod, "admitted", pods_ready="True")
     (action,) = d.decide(pod, [wl], ctx())
     assert isinstance(action, d.FinishWorkload)
@@ -232,10 +231,30 @@ def test_pod_end_finishes_its_workload(phase, deleting, reason):
     assert action.reason == reason
 
 
-def test_gated_pod_deleted_before_admission_finishes_too():
+@pytest.mark.parametrize(("phase", "reason"), [
+    ("Running", d.FINISHED_POD_DELETED),
+    ("Succeeded", d.FINISHED_SUCCEEDED),
+])
+def test_pod_being_deleted_takes_its_workload_along(phase, reason):
+    pod = o.pod(gated=False, phase=phase, ready=False, deleting=True)
+    wl = o.workload(pod, "admitted", pods_ready="True")
+    (action,) = d.decide(pod, [wl], ctx())
+    assert isinstance(action, d.DeleteWorkload)
+    assert action.workload == wl["metadata"]["name"]
+    assert action.uid == wl["metadata"]["uid"] and action.uid  # conditional on this one
+    assert action.reason == reason
+
+
+def test_finished_workload_of_a_pod_being_deleted_is_left_to_the_collector():
+    pod = o.pod(gated=False, phase="Succeeded", ready=False, deleting=True)
+    wl = o.workload(pod, "finished")
+    assert d.decide(pod, [wl], ctx()) == []
+
+
+def test_gated_pod_deleted_before_admission_takes_its_workload_too():
     pod = o.pod(deleting=True)
     (action,) = d.decide(pod, [o.workload(pod, "pending")], ctx())
-    assert isinstance(action, d.FinishWorkload)
+    assert isinstance(action, d.DeleteWorkload)
 
 
 def test_deleting_pod_without_workload_gets_none():
@@ -324,10 +343,10 @@ def test_evicted_while_still_gated_is_deleted_too():
     assert isinstance(evict, d.EvictPod) and isinstance(finish, d.FinishWorkload)
 
 
-def test_evicted_pod_already_terminating_is_only_finished():
+def test_evicted_pod_already_terminating_only_loses_its_workload():
     pod = o.pod(gated=False, phase="Running", deleting=True)
     (action,) = d.decide(pod, [o.workload(pod, "evicted")], ctx())
-    assert isinstance(action, d.FinishWorkload)
+    assert isinstance(action, d.DeleteWorkload)
     assert action.reason == d.FINISHED_POD_DELETED
 
 

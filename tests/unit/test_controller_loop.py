@@ -141,19 +141,44 @@ def test_head_first_lifecycle_and_four_writes_per_pod():
     world.calls.pop()
     world.deliver()
     drain(ctl, world)
-    finished = world.get_obj("workloads", NS, wl_name(worker))
-    cond = w.condition(finished, w.FINISHED)
-    assert cond["status"] == "True" and cond["reason"] == d.FINISHED_POD_DELETED
-    # PodsReady survives the finish: each apply carries every condition we own.
-    assert w.condition(finished, w.PODS_READY)["status"] == "True"
+    # Its Workload goes with it (quota free at once), the head's stays.
+    assert world.get_obj("workloads", NS, wl_name(worker)) is None
+    assert world.get_obj("workloads", NS, wl_name(head)) is not None
+    assert counter("raykueue_workloads_deleted_total", reason=d.FINISHED_POD_DELETED) >= 1
 
     worker_writes = [call for call in world.writes()]
     assert worker_writes.count(("create", "workloads")) == 2
     assert worker_writes.count(("patch", "pods")) == 2
-    # 2 PodsReady + 1 Finished
-    assert worker_writes.count(("apply", "workloads/status")) == 3
+    assert worker_writes.count(("apply", "workloads/status")) == 2  # PodsReady, each pod
+    assert worker_writes.count(("delete", "workloads")) == 1
     assert len(worker_writes) == 7  # 4 for the worker's whole life, 3 so far for the head
+    world.collect_garbage()
+    assert world.of("workloads") == [world.get_obj("workloads", NS, wl_name(head))]
     assert recorder.events == []  # nothing needed a human
+
+
+def test_pod_that_succeeds_and_stays_keeps_a_finished_workload():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    admit(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world)
+    run_pod(world, head)
+    world.deliver()
+    drain(ctl, world)
+    live = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
+    live["status"] = o.pod(gated=False, phase="Succeeded", ready=False)["status"]
+    world.put("pods", live)
+    world.deliver()
+    drain(ctl, world)
+    finished = world.get_obj("workloads", NS, wl_name(head))
+    cond = w.condition(finished, w.FINISHED)
+    assert cond["status"] == "True" and cond["reason"] == d.FINISHED_SUCCEEDED
+    # PodsReady survives the finish: each apply carries every condition we own.
+    assert w.condition(finished, w.PODS_READY)["status"] == "True"
 
 
 def test_worker_with_head_first_off_queues_at_once():
@@ -271,7 +296,7 @@ def test_workload_already_collected_is_fine():
     world.deliver()
     world.collect_garbage()  # the collector wins the race
     drain(ctl, world)
-    assert world.writes()[-1] == ("apply", "workloads/status")
+    assert world.writes()[-1] == ("delete", "workloads")  # answered 404: nothing to retry
     assert world.of("workloads") == []
 
 

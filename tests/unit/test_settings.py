@@ -1,0 +1,23 @@
+"""Settings: environment names and the checks that stop a bad start early."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import Settings
+
+
+def test_lease_timing_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYKUEUE_LEASE_SECONDS", "6")
+    monkeypatch.setenv("RAYKUEUE_RENEW_SECONDS", "4")
+    monkeypatch.setenv("RAYKUEUE_RETRY_SECONDS", "1")
+    s = Settings()
+    assert (s.lease_seconds, s.renew_seconds, s.retry_seconds) == (6, 4.0, 1.0)
+
+
+@pytest.mark.parametrize("lease, renew, retry", [(10, 10, 2), (15, 10, 10), (15, 20, 2), (15, 10, 0)])
+def test_lease_timing_that_could_overlap_two_leaders_is_refused(lease: int, renew: float,
+                                                                 retry: float) -> None:
+    with pytest.raises(ValidationError, match="RAYKUEUE_RENEW_SECONDS"):
+        Settings(lease_seconds=lease, renew_seconds=renew, retry_seconds=retry)
