@@ -653,15 +653,28 @@ class Controller:
         path = workload_resource(self.version).path(ns, action.workload)
         options = {"apiVersion": "v1", "kind": "DeleteOptions",
                    "preconditions": {"uid": action.uid}} if action.uid else None
+        deleted = True
         try:
             self._write("delete", "workloads", lambda: self.rest.delete(path, options))
         except ApiError as exc:
             # 404: gone already; 409: a namesake stands there now, not this pod's.
-            if not (exc.is_not_found or exc.status == 409):
+            if exc.status == 409:
+                return
+            if not exc.is_not_found:
                 raise _Retry(f"deleting Workload {action.workload}: {exc}") from exc
-            return
-        m.WORKLOADS_DELETED.labels(reason=action.reason).inc()
-        log.info("%s/%s: deleted Workload %s (%s)", key[0], key[1], action.workload, action.reason)
+            deleted = False
+        if wl is not None:
+            # Until the watch says so, our cache still holds it: the pod's
+            # final DELETED event (kwok, or the kubelet after the grace
+            # period) would otherwise make the next pass delete it again.
+            gone = dict(wl)
+            gone["metadata"] = {**metadata(wl), "deletionTimestamp": now_rfc3339()}
+            self._remember("workload", (ns, action.workload), wl, gone)
+            workloads[action.workload] = gone
+        if deleted:
+            m.WORKLOADS_DELETED.labels(reason=action.reason).inc()
+            log.info("%s/%s: deleted Workload %s (%s)", key[0], key[1], action.workload,
+                     action.reason)
 
     def _evict(self, action: d.EvictPod, key: Key, pod: Obj, wl: Obj | None) -> None:
         ns, name = key

@@ -157,6 +157,39 @@ def test_head_first_lifecycle_and_four_writes_per_pod():
     assert recorder.events == []  # nothing needed a human
 
 
+def test_the_pods_final_delete_does_not_delete_its_workload_again():
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    admit(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world)
+    run_pod(world, head)
+    world.deliver()
+    drain(ctl, world)
+
+    def only_pods_arrive() -> None:
+        # The pod watch runs ahead of the Workload watch.
+        for cache in world.caches:
+            if cache.plural == "pods":
+                cache.sync()
+        while (key := ctl.queue.get(timeout=0)) is not None:
+            ctl.process(key)
+
+    # The autoscaler deletes the pod: first its grace period ...
+    going = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
+    going["metadata"]["deletionTimestamp"] = "2026-12-02T09:44:00Z"
+    world.put("pods", going)
+    only_pods_arrive()
+    assert world.get_obj("workloads", NS, wl_name(head)) is None
+    # ... then the kubelet's final delete, before the Workload's DELETED event.
+    world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
+    only_pods_arrive()
+    assert world.writes().count(("delete", "workloads")) == 1
+
+
 def test_pod_that_succeeds_and_stays_keeps_a_finished_workload():
     world = World()
     seed(world)
