@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     # --- controller ------------------------------------------------------------
     controller: bool = True
     head_first: bool = True
+    # Off only when Kueue's waitForPodsReady is off (its default): then Kueue
+    # ignores PodsReady but for its ready-time metrics, and one write per pod
+    # is saved. With waitForPodsReady on, off here gets every Workload evicted.
+    pods_ready: bool = True
     controller_workers: int = 4
     # Every managed pod is reconciled again this often, a safety net for a
     # missed watch event.

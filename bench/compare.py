@@ -16,6 +16,7 @@ and its controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head pod).
    counters are cluster-wide, so systems take turns, never overlap, rotate order.
 
     python bench/compare.py [--creates 40] [--rounds 5] [--lifecycle-pods 50] [--lifecycle-rounds 3]
+                            [--no-pods-ready]
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ class Phase:
         self.writes, self.to_running, self.events, self.own = writes, to_running, events, own
 
 
-def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer) -> Phase:
+def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer,
+              pods_ready: bool = True) -> Phase:
     """n pods through create, admission, Running, deletion, until their Workloads are gone."""
     events_before = events_by_source(rest, ns)
     own_before = raykueue_writes(server)
@@ -154,7 +156,8 @@ def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer) 
     wait_for(running, timeout=120 + n * 3, interval=0.5,
              message=lambda: f"{n} {system} pods Running in {ns}")
     to_running = time.monotonic() - t0
-    if system != "none":
+    # Running already implies admitted; PodsReady is the integration's last write.
+    if system == "kueue" or (system == "raykueue" and pods_ready):
         wait_for(lambda: sum(1 for wl in workloads_in(rest, ns) if any(
             cd["type"] == "PodsReady" and cd["status"] == "True"
             for cd in (wl.get("status") or {}).get("conditions", []))) == n,
@@ -181,7 +184,8 @@ def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer) 
     return Phase(+writes, to_running, +events, +own)
 
 
-def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: RaykueueServer) -> None:
+def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: RaykueueServer,
+                 pods_ready: bool = True) -> None:
     print(f"\n## 2. API writes per pod lifecycle: {n} pods per system per round, {rounds} rounds, "
           f"systems one after another (order rotates)")
     per_round: dict[str, list[Counter[Key]]] = {s: [] for s in SYSTEMS}
@@ -189,7 +193,7 @@ def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: Ra
     for r in range(rounds):
         order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
         for system in order:
-            phase = lifecycle(rest, ns[system], system, n, server)
+            phase = lifecycle(rest, ns[system], system, n, server, pods_ready)
             per_round[system].append(phase.writes)
             phases[system].append(phase)
             print(f"  round {r + 1} {system:8s}: {sum(phase.writes.values()) / n:5.2f} writes/pod, "
@@ -231,6 +235,9 @@ def main() -> int:
     parser.add_argument("--lifecycle-pods", type=int, default=50)
     parser.add_argument("--lifecycle-rounds", type=int, default=3)
     parser.add_argument("--keep-stack", action="store_true", help="leave a stack this run started")
+    parser.add_argument("--no-pods-ready", action="store_true",
+                        help="run raykueue with RAYKUEUE_PODS_READY=false (valid because this "
+                             "stack's Kueue has waitForPodsReady off, Kueue's default)")
     args = parser.parse_args()
 
     config = bench_config()
@@ -242,8 +249,11 @@ def main() -> int:
     register_kueue_pod_webhooks(stack, KUEUE_NAMESPACES)
     ns = {s: add_namespace(rest, f"bench-{s}", None if s == "none" else s, "bench") for s in SYSTEMS}
     # The bench pods have no head: raykueue's head-first rule would hold every worker.
+    env = {"RAYKUEUE_HEAD_FIRST": "false"}
+    if args.no_pods_ready:
+        env["RAYKUEUE_PODS_READY"] = "false"
     server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-bench-")), ns["raykueue"],
-                            env={"RAYKUEUE_HEAD_FIRST": "false"})
+                            env=env)
     try:
         wait_for(lambda: KUEUE_POD_GATE in dry_run_gates(stack, ns["kueue"], opt_in=False),
                  timeout=60, message="the API server to call Kueue's pod webhook")
@@ -252,7 +262,8 @@ def main() -> int:
               f"raykueue at {server.url}, Kueue's pod webhook on port "
               f"{stack.procs['kueue'].ports['webhook']}")
         latency(rest, ns, args.creates, args.rounds)
-        writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server)
+        writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server,
+                     pods_ready=not args.no_pods_ready)
     finally:
         server.close()
         unregister_kueue_pod_webhooks(stack)

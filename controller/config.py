@@ -10,6 +10,11 @@ class ControllerConfig:
     # A worker's Workload waits until its cluster's head Workload is admitted,
     # so workers never hold quota for a cluster whose head cannot run.
     head_first: bool = True
+    # Write PodsReady on each Workload. Kueue's waitForPodsReady evicts an
+    # admitted Workload that never gets it; when that feature is off (Kueue's
+    # default) nothing in Kueue acts on it but its ready-time metrics, and
+    # turning this off saves one write per pod.
+    pods_ready: bool = True
     # Owner of the Workload conditions we write by server-side apply and of
     # the pod condition written before an eviction.
     field_manager: str = "raykueue"

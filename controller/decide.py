@@ -131,6 +131,7 @@ class Context:
 
     version: str = w.V1BETA2
     head_first: bool = True
+    pods_ready: bool = True
     # Whether the pod's cluster has a head whose Workload is admitted (or that
     # already runs); only consulted for workers.
     head_admitted: bool = False
@@ -254,7 +255,7 @@ def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
 
     if p.is_gated(pod):
         return _lift(pod, wl, ctx)
-    return _readiness(pod, wl)
+    return _readiness(pod, wl) if ctx.pods_ready else []
 
 
 def _lift(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:

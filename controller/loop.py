@@ -432,7 +432,8 @@ class Controller:
                 and p.is_gated(pod)):
             head_ok = self._head_admitted(pod)
         return d.Context(version=self.version, head_first=self.config.head_first,
-                         head_admitted=head_ok, flavors=flavors, priority_values=values)
+                         pods_ready=self.config.pods_ready, head_admitted=head_ok,
+                         flavors=flavors, priority_values=values)
 
     # --- workers ------------------------------------------------------------------------
 

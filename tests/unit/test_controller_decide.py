@@ -413,3 +413,11 @@ def test_decisions_are_idempotent_on_the_state_they_produce():
                                                       action.message)], o.T2)
     wl["status"]["conditions"] += body["status"]["conditions"]
     assert d.decide(pod, [wl], ctx()) == []
+
+
+def test_pods_ready_is_not_written_when_turned_off():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(pod, [wl], ctx())
+    assert isinstance(action, d.SetPodsReady) and action.ready
+    assert d.decide(pod, [wl], ctx(pods_ready=False)) == []
