@@ -1034,11 +1034,28 @@ def down(config: StackConfig | None = None, *, keep_logs: bool = True) -> bool:
         return True
 
 
+def _recorded(stack: Stack) -> Stack:
+    """The stack as state.json has it now; call with the stack dir locked.
+
+    A `Stack` object can be stale: the one `up("api")` returned knows nothing
+    of components a later `up("e2e")` added. Saving it would drop them from
+    state.json, and `down` would then leave them running.
+    """
+    current = Stack.load(stack.config)
+    if current is None:
+        return stack
+    # Children this process spawned are reaped through their Popen objects.
+    current._popen = stack._popen
+    return current
+
+
 def stop_component(stack: Stack, name: str) -> None:
     """Stop one component of a running stack (e.g. to test what happens without it)."""
     with _locked(stack.config.stack_dir):
-        stack.stop(name)
-        stack.save()
+        current = _recorded(stack)
+        current.stop(name)
+        current.save()
+        stack.procs.pop(name, None)
 
 
 # Components whose argv can be replayed as is: they take their ports on the
@@ -1058,16 +1075,18 @@ def restart_component(stack: Stack, name: str = "kube-apiserver", *,
     a rolling restart of a real control plane. `down_for` keeps it stopped a
     while first (fault tests). Returns the seconds from stop to ready again.
     """
-    proc = stack.procs.get(name)
-    if proc is None or not proc.argv:
-        raise StackError(f"{name} is not running in {stack.dir}; nothing to restart")
     check = _READY_CHECKS.get(name)
     t0 = time.monotonic()
     with _locked(stack.config.stack_dir):
-        stack.stop(name, grace=grace)
+        current = _recorded(stack)
+        proc = current.procs.get(name)
+        if proc is None or not proc.argv:
+            raise StackError(f"{name} is not running in {stack.dir}; nothing to restart")
+        current.stop(name, grace=grace)
         if down_for > 0:
             time.sleep(down_for)
-        stack._spawn(name, list(proc.argv), dict(proc.ports))
+        current._spawn(name, list(proc.argv), dict(proc.ports))
+        stack.procs[name] = current.procs[name]
     if check is not None:
-        stack.wait_ready(name, lambda: check(stack))
+        current.wait_ready(name, lambda: check(current))
     return time.monotonic() - t0

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
+import shutil
+import signal
 
 from devstack import StackConfig, webhook_configurations
-from devstack.stack import Stack, components_for, free_ports
+from devstack.stack import Stack, components_for, free_ports, restart_component
 from devstack.webhooks import shipped_webhook_configurations
 from webhooks import contract
 
@@ -113,3 +117,33 @@ def test_kueue_pod_webhooks_match_what_kueue_ships():
     assert m["namespaceSelector"] == {"matchLabels": {"team": "x"}}
     # Kueue's configurations sort before raykueue's
     assert all(c["metadata"]["name"] < contract.MUTATING_WEBHOOK_CONFIG for c in (mutating, validating))
+
+
+def test_restart_through_a_stale_stack_object_keeps_the_other_components(tmp_path) -> None:
+    """The `Stack` that `up("api")` returned does not know what `up("e2e")` added
+    later; restarting through it once dropped those from state.json, and `down`
+    then left them running. Two `sleep`s stand in for components."""
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    config = StackConfig(stack_dir=tmp_path / "stack", bin_dir=tmp_path / "bin")
+    config.stack_dir.mkdir()
+    full = Stack(config)
+    full._spawn("kube-scheduler", [sleep, "300"], {})
+    stale = Stack.load(config)
+    assert stale is not None and set(stale.procs) == {"kube-scheduler"}
+    full._spawn("kwok", [sleep, "301"], {})  # added after `stale` was read
+    old_pid = full.procs["kube-scheduler"].pid
+    try:
+        restart_component(stale, "kube-scheduler", grace=5)
+        recorded = Stack.load(config)
+        assert recorded is not None
+        assert set(recorded.procs) == {"kube-scheduler", "kwok"}
+        assert recorded.procs["kube-scheduler"].pid != old_pid
+        assert recorded.procs["kwok"].alive()
+        assert stale.procs["kube-scheduler"].pid == recorded.procs["kube-scheduler"].pid
+    finally:
+        every = [*full.procs.values(), *stale.procs.values(),
+                 *((Stack.load(config) or full).procs.values())]
+        for pid in {proc.pid for proc in every}:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
