@@ -157,7 +157,8 @@ def test_head_first_lifecycle_and_four_writes_per_pod():
     assert recorder.events == []  # nothing needed a human
 
 
-def test_the_pods_final_delete_does_not_delete_its_workload_again():
+def running_head() -> tuple[World, Controller, dict]:
+    """A head pod admitted, past its gate and Running, the controller caught up."""
     world = World()
     seed(world)
     head = world.put("pods", o.pod(c.ROLE_HEAD))
@@ -169,6 +170,11 @@ def test_the_pods_final_delete_does_not_delete_its_workload_again():
     run_pod(world, head)
     world.deliver()
     drain(ctl, world)
+    return world, ctl, head
+
+
+def test_the_pods_final_delete_does_not_delete_its_workload_again():
+    world, ctl, head = running_head()
 
     def only_pods_arrive() -> None:
         # The pod watch runs ahead of the Workload watch.
@@ -191,17 +197,7 @@ def test_the_pods_final_delete_does_not_delete_its_workload_again():
 
 
 def test_pod_that_succeeds_and_stays_keeps_a_finished_workload():
-    world = World()
-    seed(world)
-    head = world.put("pods", o.pod(c.ROLE_HEAD))
-    ctl, _ = controller(world)
-    drain(ctl, world)
-    admit(world, wl_name(head))
-    world.deliver()
-    drain(ctl, world)
-    run_pod(world, head)
-    world.deliver()
-    drain(ctl, world)
+    world, ctl, head = running_head()
     live = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
     live["status"] = o.pod(gated=False, phase="Succeeded", ready=False)["status"]
     world.put("pods", live)
