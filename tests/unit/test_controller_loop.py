@@ -157,13 +157,19 @@ def test_head_first_lifecycle_and_four_writes_per_pod():
     assert recorder.events == []  # nothing needed a human
 
 
-def running_head() -> tuple[World, Controller, dict]:
-    """A head pod admitted, past its gate and Running, the controller caught up."""
+def head_with_workload() -> tuple[World, Controller, dict]:
+    """A gated head pod whose Workload the controller has created (not admitted)."""
     world = World()
     seed(world)
     head = world.put("pods", o.pod(c.ROLE_HEAD))
     ctl, _ = controller(world)
     drain(ctl, world)
+    return world, ctl, head
+
+
+def running_head() -> tuple[World, Controller, dict]:
+    """A head pod admitted, past its gate and Running, the controller caught up."""
+    world, ctl, head = head_with_workload()
     admit(world, wl_name(head))
     world.deliver()
     drain(ctl, world)
@@ -316,11 +322,7 @@ def test_pod_that_only_lost_our_label_keeps_its_workload():
 
 
 def test_workload_already_collected_is_fine():
-    world = World()
-    seed(world)
-    head = world.put("pods", o.pod(c.ROLE_HEAD))
-    ctl, _ = controller(world)
-    drain(ctl, world)
+    world, ctl, head = head_with_workload()
     world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
     world.deliver()
     world.collect_garbage()  # the collector wins the race
@@ -333,11 +335,7 @@ def test_workload_already_collected_is_fine():
 
 
 def test_lift_refused_by_a_test_op_is_retried_on_fresh_state():
-    world = World()
-    seed(world)
-    head = world.put("pods", o.pod(c.ROLE_HEAD))
-    ctl, _ = controller(world)
-    drain(ctl, world)
+    world, ctl, head = head_with_workload()
     admit(world, wl_name(head))
     # Someone added a gate in front of ours; our pod cache has not seen it.
     live = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
@@ -355,11 +353,7 @@ def test_lift_refused_by_a_test_op_is_retried_on_fresh_state():
 
 
 def test_gate_lift_metrics():
-    world = World()
-    seed(world)
-    head = world.put("pods", o.pod(c.ROLE_HEAD))
-    ctl, _ = controller(world)
-    drain(ctl, world)
+    world, ctl, head = head_with_workload()
     before_age = counter("raykueue_gate_age_seconds_count", role="head")
     before_lat = counter("raykueue_admitted_to_gate_lifted_seconds_count")
     before_writes = counter("raykueue_api_writes_total", verb="patch", resource="pods")
