@@ -7,13 +7,14 @@ here has a side effect.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from webhooks import contract as c
 from webhooks.classify import Context, Deny, Manage, Policy, Skip, classify, role_of
 from webhooks.mutate import gate_patch
-from webhooks.objects import Obj, controller_ref, ref_group
+from webhooks.objects import Obj, controller_ref, display_name, ref_group
+from webhooks.rayobjects import RAY_OBJECT_KINDS, Stage, hide_from_kueue, opt_in
 from webhooks.review import Review, Verdict
 from webhooks.validate import Denied, judge_update
 
@@ -77,3 +78,26 @@ def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
         return Outcome(Verdict(False, message=judgement.message), "denied", role=role,
                        reason=judgement.message)
     return Outcome(Verdict(True), "allowed", role=role, reason=judgement.reason)
+
+
+def admit_ray_object(review: Review, owners: Sequence[Obj], stage: Stage) -> Outcome:
+    """A RayCluster/RayJob/RayService passing before (FIRST) or after (LAST) Kueue's webhooks."""
+    obj = review.object
+    kind = obj.get("kind")
+    if kind not in RAY_OBJECT_KINDS or review.operation not in ("CREATE", "UPDATE"):
+        return Outcome(Verdict(True), "skipped", reason=f"{kind} {review.operation} is not handled")
+    choice = opt_in(obj, owners)
+    if choice.invalid is not None:
+        if stage is Stage.LAST:
+            return Outcome(Verdict(True), "skipped", reason="invalid opt-in, denied before Kueue's webhooks")
+        message = (f'annotation {c.STANDALONE_ANNOTATION}="{choice.invalid}" on {choice.where} is not '
+                   'valid: set it to "true" to queue this Ray cluster in Kueue pod by pod, or "false" '
+                   "to leave it to Kueue")
+        return Outcome(Verdict(False, message=message), "denied", reason=message)
+    if not choice.opted_in:
+        return Outcome(Verdict(True), "skipped", reason="not opted in")
+    patch = hide_from_kueue(obj, review.operation, stage)
+    what = "queue hidden from Kueue" if stage is Stage.FIRST else "Kueue's defaulting undone"
+    return Outcome(Verdict(True, patch=patch or None), "hidden" if stage is Stage.FIRST else "restored",
+                   reason=f"{kind} {display_name(obj)} opted in on {choice.where}: "
+                          f"{what if patch else 'nothing to change'}")

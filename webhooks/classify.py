@@ -60,6 +60,11 @@ class Context:
     unresolved_owner: str | None = None
     default_queue_exists: bool = False
     priority_values: Mapping[str, int] = field(default_factory=dict)
+    # What Kueue's Configuration says (the edge reads it): the Ray kinds whose
+    # integration is on, and whether Kueue takes such objects in this namespace
+    # even without a queue label (manageJobsWithoutQueueName).
+    kueue_job_kinds: frozenset[str] = frozenset()
+    kueue_manages_unqueued: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,9 @@ class Manage:
     # (PriorityClass name, value) to write into the pod spec, when configured.
     pod_priority: tuple[str, int] | None = None
     warnings: tuple[str, ...] = ()
+    # Kueue's pod webhook took the pod earlier in this request (its label, gate
+    # and finalizer are on it); the patch takes it back.
+    taken_from_kueue: bool = False
 
 
 Decision = Skip | Deny | Manage
@@ -115,23 +123,33 @@ def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
     if isinstance(opt_in, Deny | Skip):
         return opt_in
 
-    if kueue_claims(pod):
-        # Gating it as well would count its quota twice; Kueue got there first.
+    kueue_job = _kueue_job(ctx)
+    if kueue_job is not None:
+        # Kueue admits the whole cluster through this owner; gating its pods as
+        # well would count their quota twice.
         return Skip(
-            "managed by Kueue",
+            f"Kueue admits {kueue_job} as a whole",
             warning=(
-                f"pod carries {c.KUEUE_MANAGED_LABEL} or {c.KUEUE_POD_GATE}: Kueue's pod "
-                f"integration manages it, so raykueue leaves it alone; remove "
-                f"{c.STANDALONE_ANNOTATION} or exclude this namespace from Kueue's pod integration"
+                f"{kueue_job} is managed by Kueue (it carries {c.QUEUE_LABEL}, or Kueue manages "
+                "jobs without a queue name here), so raykueue leaves its pods alone; check that "
+                f"raykueue's {c.FIRST_MUTATING_WEBHOOK_CONFIG} webhook configuration is installed"
             ),
         )
 
-    queue = _queue(pod, ctx, role)
+    # At creation nothing of Kueue's exists for the pod yet: an opted-in pod that
+    # Kueue's pod webhook took earlier in this request is taken back.
+    taken = kueue_claims(pod) is not None
+
+    queue = _queue(pod, ctx, role, taken)
     if isinstance(queue, Deny):
         return queue
     queue_name, queue_source = queue
 
     explicit = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+    if explicit == c.KUEUE_DEFAULT_PRIORITY_CLASS:
+        # What Kueue's WorkloadPriorityClass defaulting writes; the head/worker
+        # classes are the point of raykueue, so they win over it.
+        explicit = None
     if explicit:
         priority_class, priority_source = explicit, "pod label"
     elif role == c.ROLE_HEAD:
@@ -153,7 +171,17 @@ def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
         priority_source=priority_source,
         pod_priority=pod_priority,
         warnings=warnings,
+        taken_from_kueue=taken,
     )
+
+
+def _kueue_job(ctx: Context) -> str | None:
+    """The Ray owner Kueue manages as one job, as Kueue's own ancestor check sees it."""
+    for owner in ctx.owners:
+        kind = owner.get("kind")
+        if kind in ctx.kueue_job_kinds and (labels(owner).get(c.QUEUE_LABEL) or ctx.kueue_manages_unqueued):
+            return _describe(owner)
+    return None
 
 
 def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
@@ -183,17 +211,20 @@ def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
     return Skip("not opted in")
 
 
-def _queue(pod: Obj, ctx: Context, role: str) -> tuple[str, str] | Deny:
-    found: tuple[str, str] | None = None
-    own = labels(pod).get(c.QUEUE_LABEL)
-    if own:
-        found = (own, "pod label")
-    else:
-        for owner in ctx.owners:
-            value = labels(owner).get(c.QUEUE_LABEL)
-            if value:
-                found = (value, f"{_describe(owner)} label")
-                break
+def _queue(pod: Obj, ctx: Context, role: str, taken: bool) -> tuple[str, str] | Deny:
+    """The nearest named queue: the pod, then its owners; our annotation before the label.
+
+    On a pod Kueue took, a queue label "default" is Kueue's defaulting, not the
+    user's choice, so the owners are asked first.
+    """
+    own_label = labels(pod).get(c.QUEUE_LABEL)
+    if taken and own_label == c.DEFAULT_LOCAL_QUEUE:
+        own_label = None
+    candidates = [(annotations(pod).get(c.QUEUE_ANNOTATION), "pod annotation"), (own_label, "pod label")]
+    for owner in ctx.owners:
+        candidates.append((annotations(owner).get(c.QUEUE_ANNOTATION), f"{_describe(owner)} annotation"))
+        candidates.append((labels(owner).get(c.QUEUE_LABEL), f"{_describe(owner)} label"))
+    found = next(((value, source) for value, source in candidates if value), None)
     if found is None and ctx.default_queue_exists:
         found = (c.DEFAULT_LOCAL_QUEUE, "namespace default LocalQueue")
     if found is None:

@@ -34,14 +34,26 @@ PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
 KUEUE_MANAGED_LABEL: Final = "kueue.x-k8s.io/managed"
 KUEUE_POD_GATE: Final = "kueue.x-k8s.io/admission"
 KUEUE_TOPOLOGY_GATE: Final = "kueue.x-k8s.io/topology"
+KUEUE_POD_FINALIZER: Final = "kueue.x-k8s.io/managed"
+KUEUE_ROLE_HASH_ANNOTATION: Final = "kueue.x-k8s.io/role-hash"
 WORKLOAD_PRIORITY_CLASS_KIND: Final = "WorkloadPriorityClass"
+# The name Kueue's webhooks write into queue-name and priority-class labels when
+# they default them (a LocalQueue / WorkloadPriorityClass named "default").
 DEFAULT_LOCAL_QUEUE: Final = "default"
+KUEUE_DEFAULT_PRIORITY_CLASS: Final = "default"
 
 # --- raykueue's own names ----------------------------------------------------
 GATE: Final = "raykueue.io/admission"
 POD_UID_LABEL: Final = "raykueue.io/pod-uid"
 MANAGED_BY_LABEL: Final = "raykueue.io/managed-by"
 MANAGED_BY_VALUE: Final = "raykueue"
+# Where an opted-in RayCluster/RayJob/RayService (and its pod templates) keeps
+# its queue: Kueue acts on the queue-name label of a Ray object (suspends it and
+# admits it whole), so raykueue moves that label here before Kueue's webhook runs.
+QUEUE_ANNOTATION: Final = "raykueue.io/queue-name"
+# Set on the way in when the user asked for spec.suspend, so that the webhook
+# after Kueue's can tell the user's suspend from Kueue's; removed on the way out.
+SUSPEND_REQUESTED_ANNOTATION: Final = "raykueue.io/suspend-requested"
 # Pod condition written before an evicted pod is deleted, so the reason
 # survives in the pod's last state and in `kubectl describe`.
 EVICTED_CONDITION: Final = "raykueue.io/Evicted"
@@ -50,9 +62,19 @@ DEFAULT_HEAD_PRIORITY_CLASS: Final = "ray-head"
 DEFAULT_WORKER_PRIORITY_CLASS: Final = "ray-worker"
 DEFAULT_CONTROLLER_IDENTITY: Final = "system:serviceaccount:raykueue-system:raykueue"
 
-# Webhook configuration names sort after Kueue's ("kueue-...") so that Kueue's
-# own webhooks run first and raykueue sees their result.
+# The API server calls mutating webhook configurations in name order. "aa-..."
+# sorts before Kueue's ("kueue-..."): there raykueue hides an opted-in Ray
+# object's queue from Kueue. "zz-..." sorts after: there raykueue undoes what
+# Kueue's defaulting still did and decides the pods.
+FIRST_MUTATING_WEBHOOK_CONFIG: Final = "aa-raykueue-first"
 MUTATING_WEBHOOK_CONFIG: Final = "zz-raykueue-mutating"
 VALIDATING_WEBHOOK_CONFIG: Final = "zz-raykueue-validating"
+WEBHOOK_CONFIGS: Final = (
+    ("mutatingwebhookconfigurations", FIRST_MUTATING_WEBHOOK_CONFIG),
+    ("mutatingwebhookconfigurations", MUTATING_WEBHOOK_CONFIG),
+    ("validatingwebhookconfigurations", VALIDATING_WEBHOOK_CONFIG),
+)
 MUTATE_PATH: Final = "/mutate-pods"
 VALIDATE_PATH: Final = "/validate-pods"
+RAY_OBJECTS_FIRST_PATH: Final = "/mutate-ray-objects/first"
+RAY_OBJECTS_LAST_PATH: Final = "/mutate-ray-objects/last"

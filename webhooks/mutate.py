@@ -8,11 +8,12 @@ duplicate gate.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhooks import contract as c
 from webhooks.classify import Manage
-from webhooks.objects import Obj, gate_names, labels, metadata, spec
+from webhooks.objects import Obj, gate_names, metadata, spec
 
 Patch = list[dict[str, Any]]
 
@@ -22,20 +23,30 @@ def pointer(*parts: str) -> str:
     return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+def put_entries(where: tuple[str, ...], current: object, entries: Mapping[str, str]) -> Patch:
+    """Set keys of a string map (labels, annotations) at `where`, creating the map if absent."""
+    if not entries:
+        return []
+    if not isinstance(current, dict):
+        return [{"op": "add", "path": pointer(*where), "value": dict(entries)}]
+    return [{"op": "add", "path": pointer(*where, key), "value": value}
+            for key, value in entries.items() if current.get(key) != value]
+
+
+def drop_entries(where: tuple[str, ...], current: object, keys: Iterable[str]) -> Patch:
+    if not isinstance(current, dict):
+        return []
+    return [{"op": "remove", "path": pointer(*where, key)} for key in keys if key in current]
+
+
 def gate_patch(pod: Obj, decision: Manage) -> Patch:
     wanted = {
         c.QUEUE_LABEL: decision.queue,
         c.PRIORITY_CLASS_LABEL: decision.priority_class,
         c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE,
     }
-    ops: Patch = []
-    current = labels(pod)
-    if not isinstance(metadata(pod).get("labels"), dict):
-        ops.append({"op": "add", "path": "/metadata/labels", "value": wanted})
-    else:
-        for key, value in wanted.items():
-            if current.get(key) != value:
-                ops.append({"op": "add", "path": pointer("metadata", "labels", key), "value": value})
+    ops: Patch = untake_from_kueue(pod) if decision.taken_from_kueue else []
+    ops += put_entries(("metadata", "labels"), metadata(pod).get("labels"), wanted)
 
     gate = {"name": c.GATE}
     if not isinstance(spec(pod).get("schedulingGates"), list):
@@ -50,4 +61,27 @@ def gate_patch(pod: Obj, decision: Manage) -> Patch:
             ops.append({"op": "add", "path": "/spec/priorityClassName", "value": name})
         if spec(pod).get("priority") != value:
             ops.append({"op": "add", "path": "/spec/priority", "value": value})
+    return ops
+
+
+def untake_from_kueue(pod: Obj) -> Patch:
+    """Undo what Kueue's pod webhook did to an opted-in pod earlier in the same request.
+
+    Nothing of Kueue's exists for the pod yet (no Workload is made before the pod
+    is stored), so removing its label, gates, finalizer and role hash leaves the
+    pod to raykueue alone; Kueue's pod reconciler ignores pods without the label.
+    """
+    ops: Patch = drop_entries(("metadata", "labels"), metadata(pod).get("labels"), [c.KUEUE_MANAGED_LABEL])
+    ops += drop_entries(("metadata", "annotations"), metadata(pod).get("annotations"),
+                        [c.KUEUE_ROLE_HASH_ANNOTATION])
+    # Remove by index from the end so that earlier indexes stay valid.
+    gates = gate_names(pod)
+    for i in reversed(range(len(gates))):
+        if gates[i] in (c.KUEUE_POD_GATE, c.KUEUE_TOPOLOGY_GATE):
+            ops.append({"op": "remove", "path": f"/spec/schedulingGates/{i}"})
+    finalizers = metadata(pod).get("finalizers")
+    if isinstance(finalizers, list):
+        for i in reversed(range(len(finalizers))):
+            if finalizers[i] == c.KUEUE_POD_FINALIZER:
+                ops.append({"op": "remove", "path": f"/metadata/finalizers/{i}"})
     return ops

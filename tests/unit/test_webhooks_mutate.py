@@ -78,20 +78,62 @@ def test_opt_out_on_pod_wins_over_cluster_opt_in() -> None:
     assert outcome.reason == "opted out on the pod"
 
 
-@pytest.mark.parametrize(
-    "mark",
-    [
-        lambda r: rv.set_label(r, c.KUEUE_MANAGED_LABEL, "true"),
-        lambda r: _with_gate(r, c.KUEUE_POD_GATE),
-    ],
-    ids=["managed-label", "kueue-gate"],
-)
-def test_pods_kueue_already_claimed_are_left_alone_with_a_warning(mark) -> None:
-    review = mark(opted_in(with_queue(rv.worker_review())))
-    outcome = run(review)
+def _taken_by_kueue(review: dict[str, Any]) -> dict[str, Any]:
+    """What Kueue's pod webhook (called before ours) does to a pod it takes, queue defaulted."""
+    review = rv.set_label(review, c.KUEUE_MANAGED_LABEL, "true")
+    review = rv.set_label(review, c.QUEUE_LABEL, c.DEFAULT_LOCAL_QUEUE)
+    review = rv.set_label(review, c.PRIORITY_CLASS_LABEL, c.KUEUE_DEFAULT_PRIORITY_CLASS)
+    review = rv.set_annotation(review, c.KUEUE_ROLE_HASH_ANNOTATION, "abc123")
+    review = _with_gate(review, c.KUEUE_POD_GATE)
+    review = _with_gate(review, c.KUEUE_TOPOLOGY_GATE)
+    rv.pod_of(review)["metadata"]["finalizers"] = ["other/keep", c.KUEUE_POD_FINALIZER]
+    return review
+
+
+def test_an_opted_in_pod_kueue_took_in_the_same_request_is_taken_back() -> None:
+    review = _taken_by_kueue(opted_in(rv.worker_review()))
+    cluster = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "labels": {},
+                                          "annotations": {c.STANDALONE_ANNOTATION: "true",
+                                                          c.QUEUE_ANNOTATION: "team-a"}}}
+    outcome = run(review, Context(owners=(cluster,), cluster_known=True, default_queue_exists=True))
+    assert outcome.decision == "gated"
+    pod = patched(review, outcome)
+    meta = pod["metadata"]
+    assert c.KUEUE_MANAGED_LABEL not in meta["labels"]
+    assert c.KUEUE_ROLE_HASH_ANNOTATION not in meta.get("annotations", {})
+    assert meta["finalizers"] == ["other/keep"]
+    assert gates(pod) == [c.GATE]
+    # Kueue's defaulted "default" queue and priority give way to the cluster's queue
+    # and the worker class.
+    assert meta["labels"][c.QUEUE_LABEL] == "team-a"
+    assert meta["labels"][c.PRIORITY_CLASS_LABEL] == c.DEFAULT_WORKER_PRIORITY_CLASS
+    assert outcome.reason.startswith("queue from RayCluster raycluster-gpu annotation")
+
+
+def test_pods_of_a_ray_owner_kueue_manages_whole_are_left_alone_with_a_warning() -> None:
+    review = opted_in(rv.worker_review())
+    ctx = Context(owners=(RAYCLUSTER,), cluster_known=True,
+                  kueue_job_kinds=frozenset({"RayCluster"}))
+    outcome = run(review, ctx)
     assert outcome.verdict.allowed and outcome.verdict.patch is None
-    assert outcome.reason == "managed by Kueue"
-    assert any("Kueue's pod integration" in w for w in outcome.verdict.warnings)
+    assert outcome.reason == "Kueue admits RayCluster raycluster-gpu as a whole"
+    assert any(c.FIRST_MUTATING_WEBHOOK_CONFIG in w for w in outcome.verdict.warnings)
+
+
+def test_kueue_managing_unqueued_jobs_claims_the_owner_without_a_label() -> None:
+    cluster = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "labels": {}}}
+    ctx = Context(owners=(cluster,), cluster_known=True, default_queue_exists=True,
+                  kueue_job_kinds=frozenset({"RayCluster"}), kueue_manages_unqueued=True)
+    assert run(opted_in(rv.worker_review()), ctx).decision == "skipped"
+    ctx_off = Context(owners=(cluster,), cluster_known=True, default_queue_exists=True,
+                      kueue_job_kinds=frozenset({"RayJob"}), kueue_manages_unqueued=True)
+    assert run(opted_in(rv.worker_review()), ctx_off).decision == "gated"
+
+
+def test_the_queue_annotation_raykueue_moved_from_the_template_names_the_queue() -> None:
+    review = rv.set_annotation(opted_in(rv.head_review()), c.QUEUE_ANNOTATION, "team-b")
+    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    assert outcome.queue == "team-b" and outcome.reason.startswith("queue from pod annotation")
 
 
 def test_non_create_operations_pass_through() -> None:
