@@ -38,8 +38,9 @@ from kube.cache import WatchCache
 from kube.client import load_api_client
 from kube.rest import Rest
 from webhooks import contract as c
-from webhooks.admit import Outcome, admit_create, admit_update
+from webhooks.admit import Outcome, admit_create, admit_ray_object, admit_update
 from webhooks.classify import PodPriority, Policy
+from webhooks.rayobjects import Stage
 from webhooks.review import Review
 
 log = logging.getLogger("raykueue")
@@ -56,6 +57,11 @@ def policy_from(settings: Settings) -> Policy:
 
 def mutate_with(view: ClusterView, policy: Policy, review: Review) -> Outcome:
     return admit_create(review, view.context_for(review.object, review.namespace), policy)
+
+
+def ray_object_with(view: ClusterView, stage: Stage, review: Review) -> Outcome:
+    owners = view.context_for(review.object, review.namespace).owners
+    return admit_ray_object(review, owners, stage)
 
 
 def validate_with(controllers: frozenset[str], review: Review) -> Outcome:
@@ -240,6 +246,10 @@ class Runtime:
             partial(validate_with, frozenset(self.settings.controller_identities)),
             readiness,
             self.settings.max_body_bytes,
+            more={
+                c.RAY_OBJECTS_FIRST_PATH: ("ray-objects-first", partial(ray_object_with, view, Stage.FIRST)),
+                c.RAY_OBJECTS_LAST_PATH: ("ray-objects-last", partial(ray_object_with, view, Stage.LAST)),
+            },
         )
 
     def _certs_ready(self) -> tuple[bool, str]:

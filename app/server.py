@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,7 +168,8 @@ class AdmissionEndpoint:
 
 
 def build_app(mutate: Decide, validate: Decide, readiness: list[Readiness],
-              max_body_bytes: int) -> ASGIApp:
+              max_body_bytes: int, more: Mapping[str, tuple[str, Decide]] | None = None) -> ASGIApp:
+    """The ASGI app; `more` maps further admission paths to (webhook name, decision)."""
     api = FastAPI(
         title="raykueue",
         description="Per-pod Kueue admission for KubeRay clusters. The admission paths "
@@ -200,6 +201,8 @@ def build_app(mutate: Decide, validate: Decide, readiness: list[Readiness],
         c.MUTATE_PATH: AdmissionEndpoint("mutate", mutate, max_body_bytes),
         c.VALIDATE_PATH: AdmissionEndpoint("validate", validate, max_body_bytes),
     }
+    for path, (webhook, decide) in (more or {}).items():
+        endpoints[path] = AdmissionEndpoint(webhook, decide, max_body_bytes)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

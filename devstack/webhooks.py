@@ -44,12 +44,10 @@ def _api_for(kubeconfig: str | Path) -> KubeApi:
 
 
 def shipped_webhook_configurations() -> list[dict]:
-    """Both webhook configurations exactly as manifests/webhooks.yaml ships them."""
+    """Every webhook configuration exactly as manifests/webhooks.yaml ships it, in file order."""
     import yaml
 
-    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
-    by_kind = {d["kind"]: d for d in docs}
-    return [by_kind["MutatingWebhookConfiguration"], by_kind["ValidatingWebhookConfiguration"]]
+    return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
 
 
 def webhook_configurations(
@@ -96,7 +94,7 @@ def register_webhooks(
     timeout_seconds: int | None = None,
     namespace_selector: dict | None = None,
 ) -> list[dict]:
-    """Create or update both webhook configurations (server-side apply); returns them."""
+    """Create or update every webhook configuration (server-side apply); returns them."""
     api = _api_for(kubeconfig)
     objs = webhook_configurations(url_base, ca_bundle_pem, failure_policy=failure_policy,
                                   timeout_seconds=timeout_seconds,

@@ -15,15 +15,20 @@ from webhooks import contract
 
 
 def test_webhook_configurations_follow_the_contract():
-    mutating, validating = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
-    assert mutating["metadata"] == {"name": contract.MUTATING_WEBHOOK_CONFIG}
-    assert validating["metadata"] == {"name": contract.VALIDATING_WEBHOOK_CONFIG}
-    (m,), (v,) = mutating["webhooks"], validating["webhooks"]
+    first, mutating, validating = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
+    assert [(c_["kind"].lower() + "s", c_["metadata"]["name"]) for c_ in (first, mutating, validating)] == \
+        list(contract.WEBHOOK_CONFIGS)
+    for config in (first, mutating, validating):
+        assert config["metadata"] == {"name": config["metadata"]["name"]}
+    (f,), (m, last), (v,) = first["webhooks"], mutating["webhooks"], validating["webhooks"]
     assert m["clientConfig"] == {"url": "https://127.0.0.1:9443" + contract.MUTATE_PATH,
                                  "caBundle": base64.b64encode(b"PEM").decode()}
     assert v["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.VALIDATE_PATH
-    # both sort after Kueue's own configurations
-    assert all(c["metadata"]["name"] > "kueue-" for c in (mutating, validating))
+    assert f["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.RAY_OBJECTS_FIRST_PATH
+    assert last["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.RAY_OBJECTS_LAST_PATH
+    # the first stage sorts before Kueue's own configurations, the rest after
+    assert first["metadata"]["name"] < "kueue-"
+    assert all(c_["metadata"]["name"] > "kueue-" for c_ in (mutating, validating))
 
 
 def test_webhook_configurations_are_the_shipped_ones_but_for_the_client_config():
@@ -41,9 +46,9 @@ def test_webhook_configuration_overrides():
     selector = {"matchLabels": {"team": "a"}}
     for config in webhook_configurations("https://x", "PEM", failure_policy="Ignore",
                                          timeout_seconds=2, namespace_selector=selector):
-        (hook,) = config["webhooks"]
-        assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["namespaceSelector"]) == (
-            "Ignore", 2, selector)
+        for hook in config["webhooks"]:
+            assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["namespaceSelector"]) == (
+                "Ignore", 2, selector)
 
 
 def test_kueue_config_keeps_pod_and_ray_integrations_off(tmp_path):

@@ -86,7 +86,7 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
         ("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG, c.MUTATE_PATH, "CREATE"),
         ("ValidatingWebhookConfiguration", c.VALIDATING_WEBHOOK_CONFIG, c.VALIDATE_PATH, "UPDATE"),
     ):
-        (hook,) = objs[(kind, name)]["webhooks"]
+        hook = objs[(kind, name)]["webhooks"][0]
         svc = hook["clientConfig"]["service"]
         assert (svc["name"], svc["namespace"], svc["path"], svc["port"]) == (
             "raykueue-webhook", NAMESPACE, path, port["port"])
@@ -116,6 +116,29 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
     assert c.MUTATING_WEBHOOK_CONFIG > "kueue-mutating-webhook-configuration"
 
 
+def test_ray_object_webhooks_sit_around_kueues(objs: dict) -> None:
+    service = objs[("Service", "raykueue-webhook")]
+    port = next(p for p in service["spec"]["ports"] if p["name"] == "webhook")["port"]
+    (first,) = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
+    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][1]
+    # Before Kueue's configuration on the way in, after it on the way out.
+    assert c.FIRST_MUTATING_WEBHOOK_CONFIG < "kueue-mutating-webhook-configuration" < c.MUTATING_WEBHOOK_CONFIG
+    for hook, path, ops in ((first, c.RAY_OBJECTS_FIRST_PATH, ["CREATE", "UPDATE"]),
+                            (last, c.RAY_OBJECTS_LAST_PATH, ["CREATE"])):
+        svc = hook["clientConfig"]["service"]
+        assert (svc["name"], svc["namespace"], svc["path"], svc["port"]) == (
+            "raykueue-webhook", NAMESPACE, path, port)
+        (rule,) = hook["rules"]
+        assert rule["apiGroups"] == [c.RAY_API_GROUP] and rule["operations"] == ops
+        assert set(rule["resources"]) == {"rayclusters", "rayjobs", "rayservices"}
+        assert hook["reinvocationPolicy"] == "Never" and hook["failurePolicy"] == "Fail"
+        opt_in, scope = hook["matchConditions"]
+        assert c.STANDALONE_ANNOTATION in opt_in["expression"]
+        # Scaling updates (the autoscaler's) never wait for raykueue.
+        assert "request.operation == 'CREATE'" in scope["expression"]
+        assert f"'{c.QUEUE_LABEL}'" in scope["expression"]
+
+
 def test_service_targets_the_pods_and_their_https_port(objs: dict) -> None:
     service = objs[("Service", "raykueue-webhook")]
     template = objs[("Deployment", "raykueue")]["spec"]["template"]
@@ -138,8 +161,9 @@ def test_certificate_names_match_the_service_and_rbac(objs: dict) -> None:
 def test_rbac_restricts_webhook_patches_to_our_configurations(objs: dict) -> None:
     rules = objs[("ClusterRole", "raykueue")]["rules"]
     admission = [r for r in rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
-    assert {n for r in admission for n in r["resourceNames"]} == {
-        c.MUTATING_WEBHOOK_CONFIG, c.VALIDATING_WEBHOOK_CONFIG}
+    writes = [r for r in admission if set(r["verbs"]) - {"get", "list", "watch"}]
+    assert all(r.get("resourceNames") for r in writes)
+    assert {n for r in writes for n in r["resourceNames"]} == {name for _, name in c.WEBHOOK_CONFIGS}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
