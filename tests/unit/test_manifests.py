@@ -122,7 +122,8 @@ def test_ray_object_webhooks_sit_around_kueues(objs: dict) -> None:
     (first,) = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
     last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][1]
     # Before Kueue's configuration on the way in, after it on the way out.
-    assert c.FIRST_MUTATING_WEBHOOK_CONFIG < "kueue-mutating-webhook-configuration" < c.MUTATING_WEBHOOK_CONFIG
+    kueue = "kueue-mutating-webhook-configuration"
+    assert c.FIRST_MUTATING_WEBHOOK_CONFIG < kueue < c.MUTATING_WEBHOOK_CONFIG
     for hook, path, ops in ((first, c.RAY_OBJECTS_FIRST_PATH, ["CREATE", "UPDATE"]),
                             (last, c.RAY_OBJECTS_LAST_PATH, ["CREATE"])):
         svc = hook["clientConfig"]["service"]
