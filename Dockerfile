@@ -13,6 +13,7 @@ WORKDIR /src
 COPY pyproject.toml ./
 COPY app ./app
 COPY certs ./certs
+COPY coexist ./coexist
 COPY controller ./controller
 COPY kube ./kube
 COPY webhooks ./webhooks

@@ -87,13 +87,16 @@ class WatchCache:
     """
 
     def __init__(self, rest: Rest, resource: Resource, *, namespace: str | None = None,
-                 label_selector: str | None = None, transform: Transform | None = None,
+                 label_selector: str | None = None, field_selector: str | None = None,
+                 transform: Transform | None = None,
                  page_size: int = 500, watch_timeout: int = 60,
                  backoff: Backoff | None = None) -> None:
         self._rest = rest
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
+        # metadata.name=<x> lets RBAC grant list/watch on one named object.
+        self.field_selector = field_selector
         self._transform = transform
         self._page_size = page_size
         self._watch_timeout = watch_timeout
@@ -201,6 +204,8 @@ class WatchCache:
         query: dict[str, str | int | bool] = {}
         if self.label_selector:
             query["labelSelector"] = self.label_selector
+        if self.field_selector:
+            query["fieldSelector"] = self.field_selector
         return query
 
     def _relist(self) -> None:
