@@ -67,10 +67,10 @@ def controller(e2e_stack, webhooks, tmp_path_factory) -> Iterator[RaykueueServer
 
 @pytest.fixture
 def queue(admin: Rest, new_namespace) -> Iterator[Callable[..., str]]:  # noqa: F811
-    """queue(cpu, memory, preemption=False) -> namespace with LocalQueue team-a."""
-    made: list[str] = []
+    """queue(cpu, memory, preemption=False, local_queue="team-a") -> namespace with that LocalQueue."""
+    made: list[tuple[str, str]] = []
 
-    def make(cpu: str, memory: str, preemption: bool = False) -> str:
+    def make(cpu: str, memory: str, preemption: bool = False, local_queue: str = "team-a") -> str:
         ns = new_namespace("e2e-ctl")
         name = f"e2e-{ns}"
         admin.create(FLAVORS.path(), {
@@ -87,18 +87,18 @@ def queue(admin: Rest, new_namespace) -> Iterator[Callable[..., str]]:  # noqa: 
         admin.create(CQS.path(), {"apiVersion": CQS.api_version, "kind": "ClusterQueue",
                                   "metadata": {"name": name}, "spec": spec})
         admin.create(LQS.path(ns), {"apiVersion": LQS.api_version, "kind": "LocalQueue",
-                                    "metadata": {"name": "team-a"},
+                                    "metadata": {"name": local_queue},
                                     "spec": {"clusterQueue": name}})
-        made.append(ns)
+        made.append((ns, local_queue))
         return ns
 
     yield make
-    for ns in made:
+    for ns, local_queue in made:
         name = f"e2e-{ns}"
         for path in (RAYCLUSTERS.path(ns), WORKLOADS.path(ns)):
             with contextlib.suppress(ApiError):
                 admin.request("DELETE", path)
-        for path in (LQS.path(ns, "team-a"), CQS.path(None, name), FLAVORS.path(None, name)):
+        for path in (LQS.path(ns, local_queue), CQS.path(None, name), FLAVORS.path(None, name)):
             with contextlib.suppress(ApiError):
                 admin.delete(path)
 

@@ -1,0 +1,231 @@
+"""raykueue beside Kueue as users install it: its Ray and pod integrations on, its webhooks registered.
+
+The e2e stack runs Kueue v0.19.2 with the frameworks of its own
+controller_manager_config.yaml and its own webhook configurations (devstack).
+Opted-in clusters must be raykueue's alone, every other object Kueue's exactly as
+before. `Invariants` watches each namespace for the whole test (docs/KUEUE.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from controller import workload as w
+from kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, crd
+from kube.rest import ApiError, Rest
+from tests.e2e.invariants import Invariants
+from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+    RAYCLUSTERS,
+    WORKLOADS,
+    admin,
+    controller,
+    cq_cpu_reaches,
+    describe,
+    gated,
+    pods,
+    queue,
+    raycluster,
+    role,
+    running,
+    settled,
+    webhooks,
+)
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from tests.waiting import wait_for
+from webhooks import contract as c
+
+RAYJOBS = crd("ray.io", "v1", "rayjobs")
+RAYSERVICES = crd("ray.io", "v1", "rayservices")
+JOBS = crd("batch", "v1", "jobs")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kueue_as_shipped(admin: Rest) -> None:
+    try:
+        admin.get(MUTATING_WEBHOOK_CONFIGURATIONS.path(name="kueue-mutating-webhook-configuration"))
+    except ApiError as exc:
+        pytest.fail(f"the e2e stack does not run Kueue as shipped (its webhooks are not registered): {exc}")
+
+
+@contextlib.contextmanager
+def watched(admin: Rest, ns: str) -> Iterator[Invariants]:
+    with Invariants(admin, ns) as inv:
+        yield inv
+    inv.assert_held()
+
+
+def opted_in_cluster(name: str, workers: int, queue_label: bool = True) -> dict[str, Any]:
+    obj = raycluster(name, workers)
+    if not queue_label:
+        obj["metadata"]["labels"].pop(c.QUEUE_LABEL)
+    return obj
+
+
+def raykueue_runs_it(admin: Rest, ns: str, cluster: str, running_workers: int, gated_workers: int,
+                     queue: str) -> dict[str, Any]:
+    """One raykueue Workload per pod, head priority above workers, workers only after the head."""
+    s = wait_for(settled(admin, ns, cluster, running_workers, gated_workers), timeout=120,
+                 message=describe(admin, ns, cluster))
+    head = next(p for p in s["pods"] if role(p) == "head")
+    head_wl = s["owned"][head["metadata"]["uid"]][0]
+    admitted_at = w.condition(head_wl, w.ADMITTED)["lastTransitionTime"]
+    for p in s["pods"]:
+        labels = p["metadata"]["labels"]
+        assert labels[c.QUEUE_LABEL] == queue and labels[c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
+        assert c.KUEUE_MANAGED_LABEL not in labels
+        assert c.KUEUE_POD_FINALIZER not in (p["metadata"].get("finalizers") or [])
+        (wl,) = s["owned"][p["metadata"]["uid"]]
+        assert w.is_ours(wl) and w.queue_name(wl) == queue
+        refs = wl["metadata"]["ownerReferences"]
+        assert [(ref["kind"], ref["uid"], ref.get("controller")) for ref in refs] == [
+            ("Pod", p["metadata"]["uid"], False)]
+        if role(p) == "worker":
+            assert wl["spec"]["priority"] < head_wl["spec"]["priority"]
+            assert wl["metadata"]["creationTimestamp"] >= admitted_at
+    return s
+
+
+def no_kueue_workload_for(admin: Rest, ns: str, kind: str, name: str) -> None:
+    for wl in admin.get(WORKLOADS.path(ns))["items"]:
+        for ref in wl["metadata"].get("ownerReferences") or []:
+            assert (ref["kind"], ref["name"]) != (kind, name), f"Kueue made {wl['metadata']['name']}"
+
+
+def test_a_cluster_opted_in_as_the_readme_says_is_raykueues(admin, controller, queue):
+    ns = queue(cpu="4", memory="4Gi")
+    with watched(admin, ns):
+        admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("rc", 4))
+        stored = admin.get(RAYCLUSTERS.path(ns, "rc"))
+        assert stored["metadata"]["annotations"][c.QUEUE_ANNOTATION] == "team-a"
+        assert not stored["spec"].get("suspend")
+        raykueue_runs_it(admin, ns, "rc", 3, 1, "team-a")
+        no_kueue_workload_for(admin, ns, "RayCluster", "rc")
+        cq_cpu_reaches(admin, ns, 4000)
+
+
+def test_no_queue_in_a_namespace_with_a_default_local_queue(admin, controller, queue):
+    ns = queue(cpu="3", memory="3Gi", local_queue="default")
+    with watched(admin, ns):
+        admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("rc", 2, queue_label=False))
+        stored = admin.get(RAYCLUSTERS.path(ns, "rc"))
+        # Kueue's webhook defaulted the queue and suspended it; raykueue's last webhook undid both.
+        assert c.QUEUE_LABEL not in (stored["metadata"].get("labels") or {})
+        assert not stored["spec"].get("suspend")
+        raykueue_runs_it(admin, ns, "rc", 2, 0, "default")
+        no_kueue_workload_for(admin, ns, "RayCluster", "rc")
+        cq_cpu_reaches(admin, ns, 3000)
+
+
+def _cluster_spec(workers: int) -> dict[str, Any]:
+    return raycluster("x", workers)["spec"]
+
+
+def _owned_cluster(admin: Rest, ns: str, kind: str, owner: str) -> str:
+    def find() -> str | None:
+        for rc in admin.get(RAYCLUSTERS.path(ns))["items"]:
+            for ref in rc["metadata"].get("ownerReferences") or []:
+                if (ref["kind"], ref["name"]) == (kind, owner):
+                    return rc["metadata"]["name"]
+        return None
+    return wait_for(find, timeout=60, message=f"KubeRay's RayCluster for {kind} {owner}")
+
+
+def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):
+    ns = queue(cpu="3", memory="3Gi")
+    with watched(admin, ns):
+        admin.create(RAYJOBS.path(ns), {
+            "apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "job", "labels": {c.QUEUE_LABEL: "team-a"},
+                         "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+            "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": _cluster_spec(2),
+                     "shutdownAfterJobFinishes": True}})
+        job = admin.get(RAYJOBS.path(ns, "job"))
+        assert not job["spec"].get("suspend") and c.QUEUE_LABEL not in job["metadata"]["labels"]
+        cluster = _owned_cluster(admin, ns, "RayJob", "job")
+        raykueue_runs_it(admin, ns, cluster, 2, 0, "team-a")
+        no_kueue_workload_for(admin, ns, "RayJob", "job")
+        no_kueue_workload_for(admin, ns, "RayCluster", cluster)
+        admin.delete(RAYJOBS.path(ns, "job"))
+        wait_for(lambda: not [x for x in admin.get(WORKLOADS.path(ns))["items"] if w.is_ours(x)],
+                 timeout=120, message="every raykueue Workload gone with the RayJob")
+
+
+def test_a_rayservice_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):
+    ns = queue(cpu="3", memory="3Gi", local_queue="default")
+    with watched(admin, ns):
+        admin.create(RAYSERVICES.path(ns), {
+            "apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "svc", "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+            "spec": {"rayClusterConfig": _cluster_spec(2)}})
+        svc = admin.get(RAYSERVICES.path(ns, "svc"))
+        assert not svc["spec"]["rayClusterConfig"].get("suspend")
+        cluster = _owned_cluster(admin, ns, "RayService", "svc")
+        raykueue_runs_it(admin, ns, cluster, 2, 0, "default")
+        no_kueue_workload_for(admin, ns, "RayService", "svc")
+
+
+def test_objects_not_opted_in_stay_kueues_exactly_as_before(admin, controller, queue):
+    """A RayCluster, a RayJob and a plain Job beside an opted-in cluster, in the same namespace."""
+    ns = queue(cpu="20", memory="20Gi")
+    with watched(admin, ns):
+        admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("mine", 1))
+        theirs = raycluster("theirs", 1)
+        theirs["metadata"]["annotations"] = {}
+        admin.create(RAYCLUSTERS.path(ns), theirs)
+        admin.create(RAYJOBS.path(ns), {
+            "apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "their-job", "labels": {c.QUEUE_LABEL: "team-a"}},
+            "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": _cluster_spec(1)}})
+        admin.create(JOBS.path(ns), {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "plain", "labels": {c.QUEUE_LABEL: "team-a"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "c", "image": "busybox",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}})
+        for kind, name, res in (("RayCluster", "theirs", RAYCLUSTERS), ("RayJob", "their-job", RAYJOBS),
+                                ("Job", "plain", JOBS)):
+            obj = admin.get(res.path(ns, name))
+            # Kueue's webhook suspended it on the way in (Kueue unsuspends it once admitted).
+            assert obj["metadata"]["labels"][c.QUEUE_LABEL] == "team-a"
+
+            def kueues(kind: str = kind, name: str = name) -> dict[str, Any] | None:
+                for wl in admin.get(WORKLOADS.path(ns))["items"]:
+                    refs = wl["metadata"].get("ownerReferences") or []
+                    if any((r_["kind"], r_["name"]) == (kind, name) for r_ in refs) and w.is_admitted(wl):
+                        return wl
+                return None
+
+            wl = wait_for(kueues, timeout=120, message=f"Kueue's admitted Workload for {kind} {name}")
+            assert not w.is_ours(wl)
+        # The pods of Kueue's RayCluster run under Kueue's Workload: raykueue left them alone.
+        theirs_pods = wait_for(lambda: [p for p in pods(admin, ns, "theirs") if running(p)], timeout=120,
+                               message="Kueue's RayCluster running")
+        for p in theirs_pods:
+            assert c.MANAGED_BY_LABEL not in p["metadata"]["labels"] and not gated(p)
+        raykueue_runs_it(admin, ns, "mine", 1, 0, "team-a")
+
+
+def test_soak_200_pod_creations_and_deletions(admin, controller, queue):
+    """Two opted-in clusters scaled up and down, as an autoscaler would, ten times each."""
+    ns = queue(cpu="30", memory="30Gi")
+    rounds, workers = 10, 10
+    with watched(admin, ns) as inv:
+        for name in ("a", "b"):
+            admin.create(RAYCLUSTERS.path(ns), opted_in_cluster(name, 0))
+        for _ in range(rounds):
+            for replicas in (workers, 0):
+                for name in ("a", "b"):
+                    spec = raycluster(name, replicas)["spec"]["workerGroupSpecs"]
+                    admin.merge_patch(RAYCLUSTERS.path(ns, name), {"spec": {"workerGroupSpecs": spec}})
+                for name in ("a", "b"):
+                    wait_for(settled(admin, ns, name, replicas, 0), timeout=180,
+                             message=describe(admin, ns, name))
+        cq_cpu_reaches(admin, ns, 2000)  # the two heads
+    created = inv.counts["pods added"] - 2  # heads
+    assert created >= 2 * rounds * workers, inv.counts
+    assert inv.counts["pods deleted"] >= 2 * rounds * workers, inv.counts
+    print(f"\n[soak] {dict(inv.counts)}")
