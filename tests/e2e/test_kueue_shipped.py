@@ -44,7 +44,7 @@ JOBS = crd("batch", "v1", "jobs")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def kueue_as_shipped(admin: Rest) -> None:
+def kueue_as_shipped(admin: Rest) -> None:  # noqa: F811
     try:
         admin.get(MUTATING_WEBHOOK_CONFIGURATIONS.path(name="kueue-mutating-webhook-configuration"))
     except ApiError as exc:
@@ -52,7 +52,7 @@ def kueue_as_shipped(admin: Rest) -> None:
 
 
 @contextlib.contextmanager
-def watched(admin: Rest, ns: str) -> Iterator[Invariants]:
+def watched(admin: Rest, ns: str) -> Iterator[Invariants]:  # noqa: F811
     with Invariants(admin, ns) as inv:
         yield inv
     inv.assert_held()
@@ -89,13 +89,13 @@ def raykueue_runs_it(admin: Rest, ns: str, cluster: str, running_workers: int, g
     return s
 
 
-def no_kueue_workload_for(admin: Rest, ns: str, kind: str, name: str) -> None:
+def no_kueue_workload_for(admin: Rest, ns: str, kind: str, name: str) -> None:  # noqa: F811
     for wl in admin.get(WORKLOADS.path(ns))["items"]:
         for ref in wl["metadata"].get("ownerReferences") or []:
             assert (ref["kind"], ref["name"]) != (kind, name), f"Kueue made {wl['metadata']['name']}"
 
 
-def test_a_cluster_opted_in_as_the_readme_says_is_raykueues(admin, controller, queue):
+def test_a_cluster_opted_in_as_the_readme_says_is_raykueues(admin, controller, queue):  # noqa: F811
     ns = queue(cpu="4", memory="4Gi")
     with watched(admin, ns):
         admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("rc", 4))
@@ -107,7 +107,7 @@ def test_a_cluster_opted_in_as_the_readme_says_is_raykueues(admin, controller, q
         cq_cpu_reaches(admin, ns, 4000)
 
 
-def test_no_queue_in_a_namespace_with_a_default_local_queue(admin, controller, queue):
+def test_no_queue_in_a_namespace_with_a_default_local_queue(admin, controller, queue):  # noqa: F811
     ns = queue(cpu="3", memory="3Gi", local_queue="default")
     with watched(admin, ns):
         admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("rc", 2, queue_label=False))
@@ -124,7 +124,7 @@ def _cluster_spec(workers: int) -> dict[str, Any]:
     return raycluster("x", workers)["spec"]
 
 
-def _owned_cluster(admin: Rest, ns: str, kind: str, owner: str) -> str:
+def _owned_cluster(admin: Rest, ns: str, kind: str, owner: str) -> str:  # noqa: F811
     def find() -> str | None:
         for rc in admin.get(RAYCLUSTERS.path(ns))["items"]:
             for ref in rc["metadata"].get("ownerReferences") or []:
@@ -134,7 +134,7 @@ def _owned_cluster(admin: Rest, ns: str, kind: str, owner: str) -> str:
     return wait_for(find, timeout=60, message=f"KubeRay's RayCluster for {kind} {owner}")
 
 
-def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):
+def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):  # noqa: F811
     ns = queue(cpu="3", memory="3Gi")
     with watched(admin, ns):
         admin.create(RAYJOBS.path(ns), {
@@ -154,7 +154,7 @@ def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue)
                  timeout=120, message="every raykueue Workload gone with the RayJob")
 
 
-def test_a_rayservice_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):
+def test_a_rayservice_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):  # noqa: F811
     ns = queue(cpu="3", memory="3Gi", local_queue="default")
     with watched(admin, ns):
         admin.create(RAYSERVICES.path(ns), {
@@ -168,7 +168,7 @@ def test_a_rayservice_opted_in_runs_its_cluster_pod_by_pod(admin, controller, qu
         no_kueue_workload_for(admin, ns, "RayService", "svc")
 
 
-def test_objects_not_opted_in_stay_kueues_exactly_as_before(admin, controller, queue):
+def test_objects_not_opted_in_stay_kueues_exactly_as_before(admin, controller, queue):  # noqa: F811
     """A RayCluster, a RayJob and a plain Job beside an opted-in cluster, in the same namespace."""
     ns = queue(cpu="20", memory="20Gi")
     with watched(admin, ns):
@@ -209,7 +209,7 @@ def test_objects_not_opted_in_stay_kueues_exactly_as_before(admin, controller, q
         raykueue_runs_it(admin, ns, "mine", 1, 0, "team-a")
 
 
-def test_soak_200_pod_creations_and_deletions(admin, controller, queue):
+def test_soak_200_pod_creations_and_deletions(admin, controller, queue):  # noqa: F811
     """Two opted-in clusters scaled up and down, as an autoscaler would, ten times each."""
     ns = queue(cpu="30", memory="30Gi")
     rounds, workers = 10, 10
