@@ -65,21 +65,21 @@ def opted_in_cluster(name: str, workers: int, queue_label: bool = True) -> dict[
     return obj
 
 
-def raykueue_runs_it(admin: Rest, ns: str, cluster: str, running_workers: int, gated_workers: int,
-                     queue: str) -> dict[str, Any]:
+def raykueue_runs_it(api: Rest, ns: str, cluster: str, running_workers: int, gated_workers: int,
+                     local_queue: str) -> dict[str, Any]:
     """One raykueue Workload per pod, head priority above workers, workers only after the head."""
-    s = wait_for(settled(admin, ns, cluster, running_workers, gated_workers), timeout=120,
-                 message=describe(admin, ns, cluster))
+    s = wait_for(settled(api, ns, cluster, running_workers, gated_workers), timeout=120,
+                 message=describe(api, ns, cluster))
     head = next(p for p in s["pods"] if role(p) == "head")
     head_wl = s["owned"][head["metadata"]["uid"]][0]
     admitted_at = w.condition(head_wl, w.ADMITTED)["lastTransitionTime"]
     for p in s["pods"]:
         labels = p["metadata"]["labels"]
-        assert labels[c.QUEUE_LABEL] == queue and labels[c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
+        assert labels[c.QUEUE_LABEL] == local_queue and labels[c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
         assert c.KUEUE_MANAGED_LABEL not in labels
         assert c.KUEUE_POD_FINALIZER not in (p["metadata"].get("finalizers") or [])
         (wl,) = s["owned"][p["metadata"]["uid"]]
-        assert w.is_ours(wl) and w.queue_name(wl) == queue
+        assert w.is_ours(wl) and w.queue_name(wl) == local_queue
         refs = wl["metadata"]["ownerReferences"]
         assert [(ref["kind"], ref["uid"], ref.get("controller")) for ref in refs] == [
             ("Pod", p["metadata"]["uid"], False)]
