@@ -121,7 +121,14 @@ def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
         print("raykueue explain: no cluster reachable (set --kubeconfig or KUBECONFIG)",
               file=sys.stderr)
         return 2
-    print(explain_pod(Rest(api), namespace, pod))
+    from app.settings import Settings
+    from coexist.watcher import read_findings
+
+    settings = Settings()
+    rest = Rest(api)
+    notes = [f"{f.kind}: {f.message}"
+             for f in read_findings(rest, settings.kueue_namespace, settings.kueue_config_map)]
+    print(explain_pod(rest, namespace, pod, setup_notes=notes))
     return 0
 
 

@@ -41,7 +41,7 @@ def lease_namespace(settings: Settings) -> str:
 def controller_config(settings: Settings) -> ControllerConfig:
     return ControllerConfig(
         head_first=settings.head_first,
-        pods_ready=settings.pods_ready,
+        pods_ready=settings.pods_ready != "false",  # "auto" follows Kueue once wired (runtime)
         workers=settings.controller_workers,
         resync_seconds=settings.resync_seconds,
         cache_sync_timeout_seconds=settings.cache_sync_timeout_seconds,

@@ -8,7 +8,7 @@ then the default here. Lists are given in the environment as JSON
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import orjson
 from pydantic import Field, field_validator, model_validator
@@ -73,10 +73,14 @@ class Settings(BaseSettings):
     # --- controller ------------------------------------------------------------
     controller: bool = True
     head_first: bool = True
-    # Off only when Kueue's waitForPodsReady is off (its default): then Kueue
-    # ignores PodsReady but for its ready-time metrics, and one write per pod
-    # is saved. With waitForPodsReady on, off here gets every Workload evicted.
-    pods_ready: bool = True
+    # Write PodsReady on Workloads: "auto" follows Kueue's waitForPodsReady as
+    # its Configuration says (on in Kueue v1beta2 unless its DisableWaitForPodsReady
+    # gate is set), since only then does Kueue act on it (it evicts Workloads that
+    # never get it); off saves one write per pod. "true"/"false" force it.
+    pods_ready: Literal["auto", "true", "false"] = "auto"
+    # --- Kueue beside us (read, never written) -----------------------------------
+    kueue_namespace: str = "kueue-system"
+    kueue_config_map: str = "kueue-manager-config"
     controller_workers: int = 4
     # Every managed pod is reconciled again this often, a safety net for a
     # missed watch event.

@@ -21,7 +21,7 @@ from coexist.metrics import KUEUE_OVERLAP
 from kube import resources as r
 from kube.cache import WatchCache
 from kube.events import EventRecorder
-from kube.rest import Rest
+from kube.rest import ApiError, Rest
 
 log = logging.getLogger("raykueue.coexist")
 
@@ -107,3 +107,23 @@ class KueueWatch:
         if not snap.findings:
             return True, f"no overlap with Kueue; {where}"
         return True, "; ".join(f"{f.kind}: {f.message}" for f in snap.findings)
+
+
+def read_findings(rest: Rest, namespace: str, config_map: str) -> list[Finding]:
+    """One-shot reads for the CLI (`raykueue explain`): the same rules, no watch."""
+    source = f"ConfigMap {namespace}/{config_map}"
+    setup = ASSUMED
+    try:
+        found = rest.get(CONFIG_MAPS.path(namespace, config_map))
+        text = (found.get("data") or {}).get(CONFIG_KEY)
+        if text is not None:
+            setup = parse(text, source)
+    except (ApiError, BadConfig) as exc:
+        log.debug("Kueue's Configuration not read: %s", exc)
+    try:
+        hooks = rest.get(r.MUTATING_WEBHOOK_CONFIGURATIONS.path()).get("items") or []
+    except ApiError:
+        unread = Finding("Unknown", "webhook configurations not readable: the order of Kueue's and "
+                                    "raykueue's webhooks was not checked")
+        return [unread, *(f for f in findings(setup, []) if f.kind != "RaykueueWebhookMissing")]
+    return findings(setup, hooks)

@@ -19,6 +19,8 @@ from kube.rest import ApiError, Rest
 from webhooks import contract as c
 from webhooks.objects import Obj, labels, metadata
 
+# Kueue's VisibilityOnDemand API, served through the API server's aggregation layer.
+_VISIBLE_QUEUES = r.crd("visibility.kueue.x-k8s.io", "v1beta2", "localqueues")
 _KUEUE_CONDITIONS = (w.QUOTA_RESERVED, w.ADMITTED, w.EVICTED, w.PREEMPTED, w.REQUEUED,
                      w.PODS_READY, w.FINISHED)
 
@@ -27,9 +29,9 @@ def queue_position(wl: Obj, peers: Sequence[Obj]) -> tuple[int, int] | None:
     """(1-based position, pending count) of `wl` among the pending Workloads of
     its LocalQueue, in Kueue's default order: priority, then creation time.
 
-    An estimate: Kueue's real order is per ClusterQueue (other namespaces'
-    LocalQueues share it), requeued Workloads sort by eviction time, and its
-    visibility API, which would say for sure, is off in this stack.
+    An estimate, used when Kueue's visibility API is not served: Kueue's real
+    order is per ClusterQueue (other namespaces' LocalQueues share it) and
+    requeued Workloads sort by eviction time.
     """
     if not _pending(wl):
         return None
@@ -70,7 +72,19 @@ def verdict(pod: Obj, workloads: Sequence[Obj], ctx: d.Context) -> str:
 
 def explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None = None,
             local_queue: Obj | None = None, *, others: Sequence[Obj] = (),
-            queue_peers: Sequence[Obj] = (), context: d.Context | None = None) -> str:
+            queue_peers: Sequence[Obj] = (), context: d.Context | None = None,
+            kueue_position: Obj | None = None, setup_notes: Sequence[str] = ()) -> str:
+    """Render one pod's state; `kueue_position` is its entry in Kueue's visibility API."""
+    text = _explain(pod, workload, cluster_queue, local_queue, others, queue_peers, context,
+                    kueue_position)
+    if setup_notes:
+        text += "\n  Kueue setup:\n" + "\n".join(f"    {note}" for note in setup_notes)
+    return text
+
+
+def _explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None, local_queue: Obj | None,
+             others: Sequence[Obj], queue_peers: Sequence[Obj], context: d.Context | None,
+             kueue_position: Obj | None) -> str:
     ns, name = p.key(pod)
     role = p.role(pod) or "not a Ray head or worker"
     cluster = p.cluster(pod)
@@ -105,7 +119,12 @@ def explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None = None,
             message = f": {cond['message']}" if cond.get("message") else ""
             lines.append(f"    {cond.get('type')}={cond.get('status')}{reason}{message}")
     position = queue_position(workload, queue_peers)
-    if position is not None:
+    if kueue_position is not None and _pending(workload):
+        lines.append(f"  position:   {_ordinal(int(kueue_position.get('positionInLocalQueue', 0)) + 1)} in "
+                     f"LocalQueue {w.queue_name(workload)}, "
+                     f"{_ordinal(int(kueue_position.get('positionInClusterQueue', 0)) + 1)} in its "
+                     "ClusterQueue (Kueue's visibility API)")
+    elif position is not None:
         at, total = position
         lines.append(f"  position:   {_ordinal(at)} of {total} pending in LocalQueue "
                      f"{w.queue_name(workload)} (estimated from priority and creation time)")
@@ -114,7 +133,7 @@ def explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None = None,
     return "\n".join(lines)
 
 
-def explain_pod(rest: Rest, namespace: str, name: str) -> str:
+def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str] = ()) -> str:
     """Read what `explain` needs, as the calling user, and render it."""
     try:
         pod = rest.get(r.PODS.path(namespace, name))
@@ -145,9 +164,21 @@ def explain_pod(rest: Rest, namespace: str, name: str) -> str:
                                      namespaced=False).path(None, cq_name)) if cq_name else None
 
     context = _context(rest, version, namespace, pod, workload, items)
-    text = explain(pod, workload, cluster_queue, local_queue, others=others,
-                   queue_peers=items, context=context)
-    return text
+    kueue_position = _visible_position(rest, namespace, queue, workload) if queue else None
+    return explain(pod, workload, cluster_queue, local_queue, others=others, queue_peers=items,
+                   context=context, kueue_position=kueue_position, setup_notes=setup_notes)
+
+
+def _visible_position(rest: Rest, namespace: str, queue: str, workload: Obj | None) -> Obj | None:
+    """The Workload's entry in Kueue's pending list (VisibilityOnDemand), if Kueue serves it."""
+    if workload is None:
+        return None
+    path = _VISIBLE_QUEUES.path(namespace, queue, "pendingworkloads")
+    try:
+        listing = rest.get(path)
+    except ApiError:
+        return None  # not served (no aggregation layer, feature off) or not allowed: estimate instead
+    return next((x for x in _items(listing) if _name(x) == _name(workload)), None)
 
 
 # --- reads --------------------------------------------------------------------------

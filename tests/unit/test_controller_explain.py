@@ -105,3 +105,15 @@ def test_explain_pod_reads_what_it_needs():
 
 def test_explain_pod_for_a_missing_pod():
     assert explain_pod(World(), "team-a", "nope") == "pod team-a/nope not found"  # type: ignore[arg-type]
+
+
+def test_kueues_own_position_and_setup_findings_are_shown_when_known():
+    pod = o.pod()
+    wl = o.workload(pod, "pending")
+    entry = {"metadata": {"name": wl["metadata"]["name"]}, "positionInLocalQueue": 0,
+             "positionInClusterQueue": 2}
+    text = explain(pod, wl, CQ, LQ, queue_peers=[wl], context=CTX, kueue_position=entry,
+                   setup_notes=["WebhookOrder: kueue-... does not sort between ours"])
+    assert "position:   1st in LocalQueue team-a, 3rd in its ClusterQueue (Kueue's visibility API)" in text
+    assert "estimated" not in text
+    assert text.endswith("  Kueue setup:\n    WebhookOrder: kueue-... does not sort between ours")
