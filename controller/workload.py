@@ -137,14 +137,16 @@ def workload_labels(pod: Obj) -> dict[str, str]:
 
 def owner_reference(pod: Obj) -> dict[str, Any]:
     meta = metadata(pod)
-    # controller + blockOwnerDeletion, as Kueue's jobframework sets them: the
-    # garbage collector deletes the Workload with its pod.
+    # Not a controller reference: Kueue's pod reconciler follows only those, and
+    # finalizes (OwnerNotFound) the Workloads of a pod it cannot find in its
+    # cache, which for our pods it never holds. blockOwnerDeletion keeps the
+    # garbage collector deleting the Workload with its pod.
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "name": meta.get("name"),
         "uid": meta.get("uid"),
-        "controller": True,
+        "controller": False,
         "blockOwnerDeletion": True,
     }
 
@@ -248,7 +250,7 @@ def mismatch(wl: Obj, pod: Obj) -> str | None:
     owner = owner_pod(wl)
     pod_meta = metadata(pod)
     if owner is None or owner != (str(pod_meta.get("name") or ""), str(pod_meta.get("uid") or "")):
-        return "its controller owner reference is not this pod"
+        return "its owner reference is not this pod"
     pod_labels = labels(pod)
     if queue_name(wl) != (pod_labels.get(c.QUEUE_LABEL) or None):
         return f"its queue {queue_name(wl)!r} is not the pod's {pod_labels.get(c.QUEUE_LABEL)!r}"
@@ -317,13 +319,16 @@ def is_ours(wl: Obj) -> bool:
 
 
 def owner_pod(wl: Obj) -> tuple[str, str] | None:
-    """(name, uid) of the pod that controls this Workload, if one does."""
+    """(name, uid) of the pod this Workload stands for: its owner reference to a pod.
+
+    Workloads made before raykueue stopped marking that reference as controller
+    carry `controller: true`; both are read alike.
+    """
     refs = metadata(wl).get("ownerReferences")
     if not isinstance(refs, list):
         return None
     for ref in refs:
-        if (isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1"
-                and ref.get("controller") is True):
+        if isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
             return str(ref.get("name") or ""), str(ref.get("uid") or "")
     return None
 

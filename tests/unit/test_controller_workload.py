@@ -57,7 +57,7 @@ def test_v1beta2_workload_shape():
     assert meta["name"] == w.workload_name(pod)
     assert meta["ownerReferences"] == [{
         "apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
-        "uid": pod["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True,
+        "uid": pod["metadata"]["uid"], "controller": False, "blockOwnerDeletion": True,
     }]
     assert meta["labels"] == {
         c.CLUSTER_LABEL: "raycluster-gpu",
@@ -243,3 +243,13 @@ def test_long_messages_are_truncated():
     body = w.status_apply_body(wl, [w.ConditionUpdate(w.FINISHED, True, "Failed", "x" * 5000)],
                                "2026-12-02T10:00:00Z")
     assert len(body["status"]["conditions"][0]["message"]) == 1024
+
+
+def test_a_workload_made_with_a_controller_reference_still_belongs_to_its_pod():
+    """Workloads an earlier raykueue made (controller: true) are read like today's."""
+    pod = o.pod(c.ROLE_WORKER, priority="ray-worker")
+    wl = w.build_workload(pod, w.Priority("ray-worker", 100), w.V1BETA2)
+    assert w.owner_pod(wl) == (pod["metadata"]["name"], pod["metadata"]["uid"])
+    wl["metadata"]["ownerReferences"][0]["controller"] = True
+    assert w.owner_pod(wl) == (pod["metadata"]["name"], pod["metadata"]["uid"])
+    assert w.mismatch(wl, pod) is None
