@@ -137,8 +137,8 @@ def test_head_first_lifecycle_and_four_writes_per_pod():
         assert w.condition(wl, w.PODS_READY)["reason"] == "Started"
 
     # Scale-down: the autoscaler deletes the worker (kwok removes it at once).
-    world.delete(f"/api/v1/namespaces/{NS}/pods/rc-worker-a")
-    world.calls.pop()
+    with world.unrecorded():
+        world.delete(f"/api/v1/namespaces/{NS}/pods/rc-worker-a")
     world.deliver()
     drain(ctl, world)
     # Its Workload goes with it (quota free at once), the head's stays.
@@ -340,7 +340,7 @@ def test_lift_refused_by_a_test_op_is_retried_on_fresh_state():
     # Someone added a gate in front of ours; our pod cache has not seen it.
     live = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
     live["spec"]["schedulingGates"].insert(0, {"name": "example.com/other"})
-    world.objects[("pods", NS, head["metadata"]["name"])] = live
+    world.put("pods", live)
     for cache in world.caches:
         if cache.plural == "workloads":
             cache.sync()
