@@ -277,6 +277,51 @@ def test_vanished_pod_finishes_its_workload():
     assert pod["metadata"]["name"] in action.message
 
 
+# The pod left the cache: its last state and the live check are inputs.
+
+
+def test_vanished_pod_whose_last_state_was_deleting_takes_its_workload_along():
+    pod = o.pod(gated=False, phase="Running", ready=True, deleting=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(None, [wl], ctx(departed=pod))
+    assert isinstance(action, a.DeleteWorkload)
+    assert action.reason == a.FINISHED_POD_DELETED
+    assert not d.needs_live_pod([wl], pod)
+
+
+def test_vanished_pod_whose_last_state_was_succeeded_finishes_with_that_reason():
+    pod = o.pod(gated=False, phase="Succeeded")
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(None, [wl], ctx(departed=pod))
+    assert action == a.FinishWorkload(wl["metadata"]["name"], a.FINISHED_SUCCEEDED, action.message)
+
+
+def test_pod_that_left_the_cache_but_still_exists_keeps_its_workload():
+    # It lost our label: the watch reports it DELETED, with no deletionTimestamp.
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    assert d.needs_live_pod([wl], pod)
+    (action,) = d.decide(None, [wl], ctx(departed=pod, live_pod_uid=pod["metadata"]["uid"]))
+    assert isinstance(action, a.Warn) and action.reason == a.WARN_LABEL_REMOVED
+    assert wl["metadata"]["name"] in action.message
+
+
+def test_namesake_in_place_of_a_vanished_pod_does_not_save_its_workload():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(None, [wl], ctx(live_pod_uid=o.next_uid()))
+    assert isinstance(action, a.FinishWorkload)
+    assert action.reason == a.FINISHED_OWNER_NOT_FOUND
+
+
+def test_live_check_is_needed_only_for_a_workload_that_would_be_finished():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    assert d.needs_live_pod([o.workload(pod, "admitted")], None)
+    assert not d.needs_live_pod([o.workload(pod, "finished")], None)
+    assert not d.needs_live_pod([o.workload(pod, "admitted", ours=False)], None)
+    assert not d.needs_live_pod([], None)
+
+
 def test_workload_being_deleted_is_not_finished():
     pod = o.pod()
     wl = o.workload(pod, "admitted")

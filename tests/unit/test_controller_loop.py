@@ -584,3 +584,43 @@ def test_pod_losing_our_label_while_watched_keeps_its_workload():
     world.deliver()  # the watch reports it DELETED: it no longer matches our selector
     drain(ctl, world)
     assert world.writes() == []
+
+
+# --- the Reader asks the API server only what the caches cannot say ----------------------
+
+
+def test_pod_deleted_while_watched_needs_no_live_check():
+    world, ctl, head = running_head()
+    with world.unrecorded():
+        world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
+    world.deliver()
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(head)) is None
+    assert ("get", "pods") not in world.calls  # its last state said it was deleted
+
+
+def test_orphaned_workload_needs_no_live_check():
+    world = World()
+    seed(world)
+    orphan = o.workload(o.pod(c.ROLE_WORKER), "admitted")
+    orphan["metadata"]["ownerReferences"] = []
+    world.put("workloads", orphan)
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.writes() == [("apply", "workloads/status")]
+    assert ("get", "pods") not in world.calls  # the pod cache answers for orphans
+
+
+def test_live_check_that_fails_is_retried():
+    world = World()
+    seed(world)
+    gone = o.pod(c.ROLE_WORKER)
+    world.put("workloads", o.workload(gone, "admitted"))
+    ctl, _ = controller(world)
+    world.fail_next["get"] = ApiError(503, "ServiceUnavailable", {"message": "try later"})
+    key = ctl.queue.get(timeout=0)
+    assert not ctl.process(key)  # nothing finished on a guess
+    assert world.writes() == []
+    drain(ctl, world)
+    cond = w.condition(world.get_obj("workloads", NS, wl_name(gone)), w.FINISHED)
+    assert cond["reason"] == a.FINISHED_OWNER_NOT_FOUND
