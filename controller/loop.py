@@ -1,4 +1,4 @@
-"""The controller loop: caches in, `decide`, writes out.
+"""The controller loop: caches in, `Reader` -> `decide` -> `apply` per pod key, writes out.
 
 Everything it knows lives in the API server: the caches are rebuilt by a
 list on start, Workload names are deterministic, and every rule in `decide`
