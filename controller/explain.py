@@ -180,7 +180,7 @@ def _visible_position(rest: Rest, namespace: str, queue: str, workload: Obj | No
         listing = rest.get(path)
     except ApiError:
         return None  # not served (no aggregation layer, feature off) or not allowed: estimate instead
-    return next((x for x in _items(listing) if _name(x) == _name(workload)), None)
+    return next((x for x in _items(listing) if p.name(x) == p.name(workload)), None)
 
 
 # --- reads --------------------------------------------------------------------------
