@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--cert-dir", help="holds tls.crt/tls.key; generated with a CA when absent")
-    serve.add_argument("--kubeconfig", help="cluster to watch; in-cluster config is tried first")
+    serve.add_argument("--kubeconfig", help="cluster to watch; without it KUBECONFIG, then the "
+                       "in-cluster service account, then ~/.kube/config")
     serve.add_argument("--no-cluster", dest="cluster", action="store_false", default=None,
                        help="admission only: never contact a cluster")
     serve.add_argument("--no-controller", dest="controller", action="store_false", default=None,
