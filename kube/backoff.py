@@ -19,8 +19,8 @@ class Backoff:
 
     def __init__(self, initial: float = 0.5, cap: float = 30.0, factor: float = 2.0,
                  jitter: float = 0.2, rand: Callable[[], float] = random.random) -> None:
-        if initial <= 0 or cap < initial or factor < 1 or not 0 <= jitter < 1:
-            raise ValueError("need 0 < initial <= cap, factor >= 1, 0 <= jitter < 1")
+        if initial < 0 or cap < initial or factor < 1 or not 0 <= jitter < 1:
+            raise ValueError("need 0 <= initial <= cap, factor >= 1, 0 <= jitter < 1")
         self.initial, self.cap, self.factor, self.jitter = initial, cap, factor, jitter
         self._rand = rand
         self._attempt = 0
@@ -30,6 +30,8 @@ class Backoff:
         # Stop multiplying once past the cap: factor**attempt overflows a float
         # after about a thousand failures of one key.
         base = self.initial
+        if base == 0:  # tests retry at once
+            return 0.0
         for _ in range(attempt):
             if base >= self.cap:
                 break

@@ -31,6 +31,7 @@ def test_delay_is_pure_and_survives_many_attempts() -> None:
 
 
 def test_nonsense_settings_are_refused() -> None:
-    for bad in ({"initial": 0}, {"initial": 2, "cap": 1}, {"factor": 0.5}, {"jitter": 1.0}):
+    assert Backoff(initial=0, cap=0).delay(3) == 0  # retry at once, as tests ask
+    for bad in ({"initial": -1}, {"initial": 2, "cap": 1}, {"factor": 0.5}, {"jitter": 1.0}):
         with pytest.raises(ValueError):
             Backoff(**bad)  # type: ignore[arg-type]
