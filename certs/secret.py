@@ -43,10 +43,12 @@ from certs.rotation import (
     NEXT_CA_KEY,
     RENEW_WITHIN,
     ROTATE_ANNOTATION,
+    ROTATION,
     SERVING_DAYS,
     TLS_CERT,
     TLS_KEY,
     Material,
+    Stage,
     ca_needs_rotation,
     issue_material,
     issued_by,
@@ -70,7 +72,7 @@ TLS_SECRET_TYPE = "kubernetes.io/tls"
 MAX_ATTEMPTS = 5
 
 # Keys this module owns in the Secret: a write drops those the new material lacks.
-_MANAGED = (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, NEXT_CA_CERT, NEXT_CA_KEY)
+_MANAGED = (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, NEXT_CA_CERT, NEXT_CA_KEY, ROTATION)
 
 TrustCheck = Callable[[bytes], bool]
 
@@ -157,13 +159,15 @@ def read_secret_material(rest: SecretApi, namespace: str, name: str) -> Material
 
 def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iterable[str],
                      ip_addresses: Iterable[str], *, pending_trusted: TrustCheck = _never_trusted,
-                     now: datetime | None = None, renew_within: timedelta = RENEW_WITHIN,
+                     now: datetime | None = None, settle: timedelta = timedelta(0),
+                     renew_within: timedelta = RENEW_WITHIN,
                      ca_days: int = CA_DAYS, serving_days: int = SERVING_DAYS,
                      labels: Mapping[str, str] | None = None) -> tuple[Material | None, bytes | None]:
     """The leader's step: create or advance the Secret; returns (material to serve, pending CA).
 
     `pending_trusted(ca_pem)` says whether both webhook configurations trust
-    a pending CA; it is asked only while a CA rotation waits on it. Races with
+    a pending CA; it is asked only while a CA rotation waits on it, and the
+    switch waits `settle` after trust was first recorded in the Secret. Races with
     another writer resolve through AlreadyExists and resourceVersion
     conflicts: the loser re-reads and plans again. API errors other than
     those propagate.
@@ -200,7 +204,8 @@ def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iter
         pending = stored.get(NEXT_CA_CERT)
         trusted = bool(pending) and pending_trusted(pending or b"")
         step = plan(stored, dns, ips, moment, request=rotate_request(secret),
-                    pending_trusted=trusted, renew_within=renew_within, ca_days=ca_days,
+                    pending_trusted=trusted, settle=settle, renew_within=renew_within,
+                    ca_days=ca_days,
                     serving_days=serving_days)
         if step.warning:
             log.warning("%s: %s", where, step.warning)
@@ -294,8 +299,14 @@ def describe(secret: Mapping[str, Any], now: datetime | None = None) -> list[str
         lines.append(f"tls.crt: expires {not_after(tls):%Y-%m-%d}"
                      + (f" ({reason})" if reason else ""))
     if stored.get(NEXT_CA_CERT):
-        lines.append("rotation: new CA staged in the bundle; the serving certificate moves to "
-                     "it once both webhook configurations trust it")
+        stage = Stage.decode(stored.get(ROTATION))
+        if stage.since is None:
+            lines.append("rotation: new CA staged in the bundle (stage trust); the serving "
+                         "certificate moves to it once both webhook configurations trust it")
+        else:
+            lines.append("rotation: new CA staged in the bundle and trusted by both webhook "
+                         f"configurations since {stage.since:%Y-%m-%dT%H:%M:%SZ} (stage settle); "
+                         "the serving certificate moves to it next")
     request = rotate_request(secret)
     if request:
         lines.append(f"requested: {ROTATE_ANNOTATION}={request} (the leader has not acted yet)")
