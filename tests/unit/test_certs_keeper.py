@@ -147,6 +147,31 @@ def test_leader_switches_only_after_both_configurations_trusted_for_the_settle_t
     assert api.bundle(MUTATING) == switched["ca.crt"]
 
 
+def test_a_new_leader_carries_on_from_the_stage_in_the_secret() -> None:
+    """The settle time is in the Secret: a keeper with no memory of it switches on time."""
+    api = FakeApi()
+    clock = Clock()
+    keeper(api, Served(), leader=True, clock=clock).tick()
+    api.objects[PATH]["metadata"]["annotations"] = {r.ROTATE_ANNOTATION: r.ROTATE_CA}
+    first = keeper(api, Served(), leader=True, clock=clock)
+    first.tick()  # staged and injected
+    assert api.stored()[r.ROTATION] == b"trust"
+    clock.t = 10.0
+    first.tick()  # trusted: recorded in the Secret
+    assert api.stored()[r.ROTATION].startswith(b"settle ")
+    staged = api.stored()
+
+    successor = keeper(api, Served(), leader=True, clock=clock)
+    clock.t = 14.0
+    successor.tick()
+    assert api.stored()["tls.crt"] == staged["tls.crt"]  # 4s of 5: not yet
+    clock.t = 15.5
+    successor.tick()
+    switched = api.stored()
+    assert r.issued_by(switched["tls.crt"], staged["next-ca.crt"])
+    assert r.ROTATION not in switched and "next-ca.crt" not in switched
+
+
 def test_loop_survives_api_errors(tmp_path: Path) -> None:
     api = FakeApi()
     api.fail = ApiError(0, "ConnectionRefused")
