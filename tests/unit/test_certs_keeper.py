@@ -6,7 +6,6 @@ import base64
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,22 +23,13 @@ VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurati
 
 
 class FakeApi(FakeSecrets):
-    """Secrets plus two webhook configurations, with JSON patches applied to caBundle."""
+    """Secrets plus two webhook configurations."""
 
     def __init__(self) -> None:
         super().__init__()
         for path in (MUTATING, VALIDATING):
             self.objects[path] = {"metadata": {"name": path.rsplit("/", 1)[1]}, "webhooks": [
                 {"name": "h.example.io", "clientConfig": {"url": "https://x"}}]}
-
-    def json_patch(self, path: str, ops: list[dict[str, Any]], **_: Any) -> Any:
-        self.calls.append(("patch", path))
-        hooks = self.objects[path]["webhooks"]
-        for op in ops:
-            if op["op"] == "add":
-                index = int(op["path"].split("/")[2])
-                hooks[index]["clientConfig"]["caBundle"] = op["value"]
-        return self.objects[path]
 
     def bundle(self, path: str) -> bytes:
         return base64.b64decode(self.objects[path]["webhooks"][0]["clientConfig"]["caBundle"])
@@ -174,7 +164,7 @@ def test_a_new_leader_carries_on_from_the_stage_in_the_secret() -> None:
 
 def test_loop_survives_api_errors(tmp_path: Path) -> None:
     api = FakeApi()
-    api.fail = ApiError(0, "ConnectionRefused")
+    api.fail_always["get"] = ApiError(0, "ConnectionRefused")
     k = keeper(api, Served(), leader=True)
     k.poll_seconds = k.leader_seconds = 0.01
     stop = threading.Event()
@@ -183,7 +173,7 @@ def test_loop_survives_api_errors(tmp_path: Path) -> None:
     try:
         wait_for(lambda: k.last_error is not None, timeout=5, message="a failed tick")
         assert not k.synced
-        api.fail = None
+        api.fail_always.clear()
         wait_for(lambda: k.synced and k.last_error is None, timeout=5, message="recovery")
     finally:
         stop.set()
