@@ -95,7 +95,7 @@ class SecretCertKeeper:
             try:
                 self.tick()
                 self.last_error = None
-            except Exception as exc:  # the files on disk keep serving; the next tick retries
+            except Exception as exc:  # the pair already loaded keeps serving; the next tick retries
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("certificate Secret %s/%s: %s", self.namespace, self.name,
                             self.last_error)

@@ -28,10 +28,8 @@ import base64
 import binascii
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Protocol
 
 from certs.issue import cert_to_pem, not_after
@@ -57,13 +55,11 @@ from certs.rotation import (
     pair_matches,
     plan,
 )
-from certs.store import write_atomic
 from kube.resources import Resource
 from kube.rest import ApiError
 
-__all__ = ["SECRETS", "Material", "ca_needs_rotation", "describe", "ensure_secret_certs",
-           "needs_rotation", "read_secret_material", "reconcile_secret", "request_rotation",
-           "write_cert_files"]
+__all__ = ["SECRETS", "Material", "ca_needs_rotation", "describe", "needs_rotation",
+           "read_secret_material", "reconcile_secret", "request_rotation"]
 
 log = logging.getLogger(__name__)
 
@@ -221,51 +217,6 @@ def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iter
         log.info("rotated %s: %s", where, step.reason)
         return servable(step.write.fields()), step.pending_ca
     raise RuntimeError(f"{where}: gave up after {MAX_ATTEMPTS} attempts lost to other writers")
-
-
-def ensure_secret_certs(rest: SecretApi, namespace: str, name: str,
-                        cert_dir: str | os.PathLike[str], dns_names: Iterable[str],
-                        ip_addresses: Iterable[str], **options: Any) -> None:
-    """`reconcile_secret`, then write what to serve into `cert_dir` (see `write_cert_files`)."""
-    material, _pending = reconcile_secret(rest, namespace, name, dns_names, ip_addresses,
-                                          **options)
-    if material is not None:
-        write_cert_files(cert_dir, material)
-
-
-# -- files ---------------------------------------------------------------------------
-
-
-def write_cert_files(cert_dir: str | os.PathLike[str], material: Material) -> bool:
-    """Write `ca.crt`, `tls.key`, `tls.crt`; returns whether anything changed.
-
-    Unchanged files are not rewritten, so a watcher sees no spurious reload.
-    The key goes before the certificate; a watcher that catches the pair
-    mismatched in between keeps its previous pair until the next change.
-    The CA key is never written to disk.
-    """
-    root = Path(cert_dir)
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    changed = False
-    for filename, data, mode in ((CA_CERT, material.ca_cert, 0o644),
-                                 (TLS_KEY, material.tls_key, 0o600),
-                                 (TLS_CERT, material.tls_cert, 0o644)):
-        target = root / filename
-        if not data:
-            # A Secret without a CA: a stale ca.crt here would be injected
-            # as the caBundle and break every call.
-            if target.exists():
-                target.unlink()
-                changed = True
-            continue
-        try:
-            if target.read_bytes() == data:
-                continue
-        except OSError:
-            pass
-        write_atomic(target, data, mode)
-        changed = True
-    return changed
 
 
 # -- operator requests -----------------------------------------------------------------

@@ -24,6 +24,7 @@ from certs import secret as s
 from certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
 from certs.rotation import pair_matches
 from kube.rest import ApiError
+from tests.certfiles import ensure_secret_certs, write_cert_files
 from tests.fakeapi import FakeApi
 
 pytestmark = pytest.mark.unit
@@ -58,7 +59,7 @@ class FakeSecrets(FakeApi):
 
 def ensure(fake: FakeSecrets, cert_dir: Path, dns: list[str] = DNS, ips: list[str] | None = None,
            **kw: Any) -> None:
-    s.ensure_secret_certs(fake, NS, NAME, cert_dir, dns, ips or [], **kw)
+    ensure_secret_certs(fake, NS, NAME, cert_dir, dns, ips or [], **kw)
 
 
 def load(pem: bytes) -> x509.Certificate:
@@ -410,7 +411,7 @@ def test_reading_never_writes(fake: FakeSecrets, tmp_path: Path) -> None:
 
 def test_needs_a_name_to_serve(fake: FakeSecrets, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        s.ensure_secret_certs(fake, NS, NAME, tmp_path, [], [])
+        ensure_secret_certs(fake, NS, NAME, tmp_path, [], [])
     assert fake.calls == []
 
 
@@ -421,7 +422,7 @@ def test_unchanged_files_are_not_rewritten(fake: FakeSecrets, tmp_path: Path) ->
     assert {p.name: p.stat().st_ino for p in tmp_path.iterdir()} == inodes
     stored = fake.stored()
     material = s.Material(stored["ca.crt"], stored["tls.crt"], stored["tls.key"])
-    assert s.write_cert_files(tmp_path, material) is False
+    assert write_cert_files(tmp_path, material) is False
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no temp files left
 
 
