@@ -15,13 +15,16 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from app.settings import Settings
 from controller.config import ControllerConfig
 from kube.events import EventRecorder
 from kube.leader import FailedTerms, LeaderElector, failure_backoff, run_term
 from kube.rest import Rest
+
+if TYPE_CHECKING:  # at run time imported only once this replica leads (see _lead)
+    from controller.loop import Controller
 
 log = logging.getLogger("raykueue.leadership")
 
@@ -60,7 +63,7 @@ class ControllerHost:
         self.rest = rest
         self.settings = settings
         self.run_controller = run_controller
-        self.controller: Any = None
+        self.controller: Controller | None = None
         self._lost: threading.Event | None = None
         self._on_elected: list[Callable[[], None]] = []
         self._failure: Callable[[], str | None] = _no_failure
@@ -111,10 +114,11 @@ class ControllerHost:
                 return
             from controller.loop import Controller
 
-            self.controller = Controller(self.rest, controller_config(self.settings),
-                                         EventRecorder(self.rest, COMPONENT))
+            controller = Controller(self.rest, controller_config(self.settings),
+                                    EventRecorder(self.rest, COMPONENT))
+            self.controller = controller
             try:
-                self.controller.run(lost)
+                controller.run(lost)
             finally:
                 self.controller = None
         finally:
