@@ -6,6 +6,7 @@ retries) and leader election (campaigning again after a failed term).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 
@@ -27,16 +28,14 @@ class Backoff:
 
     def delay(self, attempt: int) -> float:
         """The delay before retry number `attempt` (0 for the first retry)."""
-        # Stop multiplying once past the cap: factor**attempt overflows a float
-        # after about a thousand failures of one key.
-        base = self.initial
-        if base == 0:  # tests retry at once
+        if self.initial == 0:  # tests retry at once
             return 0.0
-        for _ in range(attempt):
-            if base >= self.cap:
-                break
-            base *= self.factor
-        base = min(self.cap, base)
+        # Grow only as far as the cap: factor**attempt overflows a float after
+        # about a thousand failures of one key, and attempts keep counting.
+        steps = 0
+        if self.factor > 1 and self.cap > self.initial:
+            steps = min(attempt, math.ceil(math.log(self.cap / self.initial, self.factor)))
+        base = min(self.cap, self.initial * self.factor ** steps)
         if not self.jitter:
             return base
         # Jitter keeps many replicas from retrying in lockstep after an outage.

@@ -191,7 +191,7 @@ class LeaderElector:
         # _hold gave up on from lingering, and a candidate's rounds short.
         self._timeout = max(0.5, (self.lease_seconds - renew_seconds) / 2)
         # Jitter spreads candidates that started together; factor 1: a
-        # candidate retries at a steady pace, as client-go's does.
+        # candidate retries at a steady pace, however long another leads.
         self._retry = Backoff(initial=retry_seconds, cap=retry_seconds * 1.2, factor=1.0)
         self._failed = FailedTerms(failures or failure_backoff(retry_seconds))
         self._observed: Observation | None = None
@@ -244,6 +244,8 @@ class LeaderElector:
 
         worker = threading.Thread(target=work, name=f"leader-{self.name}", daemon=True)
         self._wake.clear()
+        if stop.is_set():  # its wake-up may just have been cleared
+            self._wake.set()
         self._leading = True
         log.info("lease %s/%s: %s became leader", self.namespace, self.name, self.identity)
         worker.start()
