@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--cert-dir", help="holds tls.crt/tls.key; generated with a CA when absent")
-    serve.add_argument("--kubeconfig", help="cluster to watch; in-cluster config is tried first")
+    serve.add_argument("--kubeconfig", help="cluster to watch; without it KUBECONFIG, then the "
+                       "in-cluster service account, then ~/.kube/config")
     serve.add_argument("--no-cluster", dest="cluster", action="store_false", default=None,
                        help="admission only: never contact a cluster")
     serve.add_argument("--no-controller", dest="controller", action="store_false", default=None,
@@ -74,28 +75,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(settings: Settings) -> int:
     import uvicorn
 
-    from app import logs
-    from app.runtime import Runtime
+    from app import logs, runtime
 
     logs.configure(settings.log_level)
-    runtime = Runtime(settings)
-    app = runtime.build()
-    assert runtime.cert_paths is not None
+    running = runtime.start(settings)
     config = uvicorn.Config(
-        app,
+        running.app,
         host=settings.host,
         port=settings.port,
-        # uvicorn needs the paths to know it serves TLS; the context below
-        # replaces the one it builds, so that the reloader can swap certs in it.
-        ssl_certfile=str(runtime.cert_paths.tls_cert),
-        ssl_keyfile=str(runtime.cert_paths.tls_key),
         lifespan="off",
         log_config=None,
         access_log=False,
         server_header=False,
     )
     config.load()
-    config.ssl = runtime.ssl_context
+    # TLS is ours, not uvicorn's: the context is fed certificates as bytes
+    # (see certs.serving), which uvicorn's file-path options cannot do.
+    config.ssl = running.certificates.serving.context
     # Everything imported and built so far lives as long as the process. Freezing
     # it keeps the cyclic GC from rescanning a few hundred thousand long-lived
     # objects (FastAPI, pydantic, the kubernetes client) while each review
@@ -103,11 +99,11 @@ def serve(settings: Settings) -> int:
     # per review in bench/admission.py.
     gc.freeze()
     log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,
-             runtime.cert_paths.ca_cert)
+             running.certificates.ca_file)
     try:
         uvicorn.Server(config).run()
     finally:
-        runtime.shutdown()
+        running.shutdown()
     return 0
 
 

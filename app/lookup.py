@@ -7,9 +7,10 @@ decides from the pod alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from coexist.kueueconfig import KueueSetup
 from webhooks import contract as c
 from webhooks.admit import ray_owner
 from webhooks.classify import Context
@@ -60,10 +61,13 @@ class ClusterView:
         owners: Mapping[str, Store],
         local_queues: Store | None,
         priority_classes: Store | None = None,
+        kueue: Callable[[], KueueSetup] | None = None,
     ) -> None:
         self.owners = owners
         self.local_queues = local_queues
         self.priority_classes = priority_classes
+        # Kueue's setup as coexist/ reads it: which Ray kinds Kueue would admit whole.
+        self.kueue = kueue
 
     @classmethod
     def offline(cls) -> ClusterView:
@@ -95,12 +99,15 @@ class ClusterView:
             obj = found
         assert self.local_queues is not None
         default_queue = self.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None
+        setup = self.kueue() if self.kueue is not None else None
         return Context(
             owners=tuple(chain),
             cluster_known=True,
             unresolved_owner=unresolved,
             default_queue_exists=default_queue,
             priority_values=_PriorityValues(self.priority_classes),
+            kueue_job_kinds=setup.ray_kinds if setup is not None else frozenset(),
+            kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(namespace),
         )
 
 

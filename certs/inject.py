@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from certs.rotation import bundle_contains
@@ -56,15 +56,23 @@ def config_trusts(config: Mapping[str, Any], ca_pem: bytes) -> bool:
     return True
 
 
-def _targets(mutating_name: str | None,
-             validating_name: str | None) -> list[tuple[Resource, str]]:
-    return [(resource, name) for resource, name in (
-        (MUTATING_WEBHOOK_CONFIGURATIONS, mutating_name),
-        (VALIDATING_WEBHOOK_CONFIGURATIONS, validating_name)) if name]
+Names = str | Sequence[str] | None
 
 
-def configs_trust(rest: Rest, ca_pem: bytes, mutating_name: str | None,
-                  validating_name: str | None) -> bool:
+def _names(names: Names) -> list[str]:
+    if names is None:
+        return []
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _targets(mutating_names: Names, validating_names: Names) -> list[tuple[Resource, str]]:
+    """The configurations to fill: raykueue registers two mutating ones (before and after Kueue's)."""
+    return [(MUTATING_WEBHOOK_CONFIGURATIONS, n) for n in _names(mutating_names) if n] + \
+        [(VALIDATING_WEBHOOK_CONFIGURATIONS, n) for n in _names(validating_names) if n]
+
+
+def configs_trust(rest: Rest, ca_pem: bytes, mutating_name: Names,
+                  validating_name: Names) -> bool:
     """Whether both configurations, as the API serves them now, trust `ca_pem`.
 
     A configuration that does not exist counts as trusting: nothing calls a
@@ -82,8 +90,8 @@ def configs_trust(rest: Rest, ca_pem: bytes, mutating_name: str | None,
     return True
 
 
-def inject_ca_bundle(rest: Rest, ca_pem: bytes, mutating_name: str | None,
-                     validating_name: str | None) -> int:
+def inject_ca_bundle(rest: Rest, ca_pem: bytes, mutating_name: Names,
+                     validating_name: Names) -> int:
     """Set caBundle on both configurations; returns how many webhooks changed.
 
     A configuration that does not exist (not installed yet, or this install

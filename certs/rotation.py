@@ -6,9 +6,17 @@ certificate it does not trust:
 1. "trust": a new CA is issued and joins `ca.crt` (behind the signing CA);
    its key waits in `next-ca.key`, and the serving pair is left as it is.
    The leader injects the grown bundle into both webhook configurations.
-2. "switch": only once both configurations' caBundle hold the new CA (read
-   back from the API, see `certs.inject.configs_trust`) is the serving pair
-   reissued from it; the new CA moves to the front of `ca.crt`.
+2. "settle": both configurations' caBundle hold the new CA, read back from
+   the API (see `certs.inject.configs_trust`) at the time recorded. The API
+   server applies a changed configuration through a watch, a moment after
+   that read; should either stop trusting it meanwhile, back to "trust".
+3. "switch": once `settle` has passed, the serving pair is reissued from the
+   new CA, which moves to the front of `ca.crt`; the stage key goes.
+
+The stage lives in the Secret's data under `rotation` ("trust", or "settle"
+with the time trust was first read back), written in the same conditional
+update as the material it describes: whichever replica leads next carries
+on from it, and `raykueue certs status` shows it.
 
 The old CA stays in the bundle until it expires: a replica that has not yet
 picked up the new pair keeps serving one the API server still trusts, and a
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +51,8 @@ from certs.issue import (
 
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 NEXT_CA_CERT, NEXT_CA_KEY = "next-ca.crt", "next-ca.key"
+ROTATION = "rotation"
+STAGE_TRUST, STAGE_SETTLE = "trust", "settle"
 
 # Set on the Secret by an operator (`raykueue certs rotate`); the leader
 # honours it and removes it in the write that starts the rotation.
@@ -65,14 +75,42 @@ class Material:
     ca_key: bytes | None = None
     next_ca_cert: bytes | None = None
     next_ca_key: bytes | None = None
+    # The CA rotation's stage (see the module docstring); None when none is under way.
+    rotation: bytes | None = None
 
     def fields(self) -> dict[str, bytes]:
         out = {CA_CERT: self.ca_cert, TLS_CERT: self.tls_cert, TLS_KEY: self.tls_key}
         for key, value in ((CA_KEY, self.ca_key), (NEXT_CA_CERT, self.next_ca_cert),
-                           (NEXT_CA_KEY, self.next_ca_key)):
+                           (NEXT_CA_KEY, self.next_ca_key), (ROTATION, self.rotation)):
             if value is not None:
                 out[key] = value
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A CA rotation's stage as stored: "trust", or "settle" since `since`."""
+
+    name: str
+    since: datetime | None = None
+
+    def encode(self) -> bytes:
+        if self.since is None:
+            return self.name.encode()
+        return f"{self.name} {self.since.isoformat()}".encode()
+
+    @classmethod
+    def decode(cls, value: bytes | None) -> Stage:
+        """The stored stage; anything unreadable counts as "trust", the safe one."""
+        name, _, when = (value or b"").decode("ascii", "replace").partition(" ")
+        if name == STAGE_SETTLE:
+            try:
+                since = datetime.fromisoformat(when)
+            except ValueError:
+                return cls(STAGE_TRUST)
+            if since.tzinfo is not None:
+                return cls(STAGE_SETTLE, since)
+        return cls(STAGE_TRUST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,14 +284,15 @@ def union_sans(cert_pem: bytes, dns: list[str], ips: list[str]) -> tuple[list[st
 
 def plan(stored: Mapping[str, bytes], dns: list[str], ips: list[str], now: datetime, *,
          request: str | None = None, pending_trusted: bool = False,
-         renew_within: timedelta = RENEW_WITHIN, ca_days: int = CA_DAYS,
-         serving_days: int = SERVING_DAYS) -> Plan:
+         settle: timedelta = timedelta(0), renew_within: timedelta = RENEW_WITHIN,
+         ca_days: int = CA_DAYS, serving_days: int = SERVING_DAYS) -> Plan:
     """The next step for a Secret holding `stored` (decoded data).
 
     `request` is the operator's ROTATE_ANNOTATION value, if any.
     `pending_trusted` says that every webhook configuration's caBundle holds
-    the pending CA (`next-ca.crt`), as read back from the API; without it a
-    pending rotation waits.
+    the pending CA (`next-ca.crt`), as read back from the API at `now`;
+    without it a pending rotation waits. With a `settle` time the trust is
+    first recorded (stage "settle") and the switch waits that long after it.
     """
     ca_crt, ca_key = stored.get(CA_CERT), stored.get(CA_KEY)
     tls_crt, tls_key = stored.get(TLS_CERT), stored.get(TLS_KEY)
@@ -276,7 +315,10 @@ def plan(stored: Mapping[str, bytes], dns: list[str], ips: list[str], now: datet
         next_broken = ca_needs_rotation(next_crt or b"", next_key or b"", now,
                                         renew_within=renew_within)
     if next_crt and next_key and next_broken is None:
-        if not pending_trusted:
+        stage = Stage.decode(stored.get(ROTATION))
+        if not pending_trusted or (settle > timedelta(0) and stage.since is None):
+            return _wait_for_trust(stored, stage, pending_trusted, now, next_crt, current)
+        if stage.since is not None and now - stage.since < settle:
             return Plan(current, pending_ca=next_crt)
         switched = _switch(ca_crt or b"", next_crt, next_key, dns, ips, now, serving_days)
         return Plan(current, switched,
@@ -317,6 +359,26 @@ def plan(stored: Mapping[str, bytes], dns: list[str], ips: list[str], now: datet
                 reason, clear_request=request is not None)
 
 
+def _wait_for_trust(stored: Mapping[str, bytes], stage: Stage, trusted: bool, now: datetime,
+                    next_crt: bytes, current: Material | None) -> Plan:
+    """Record trust gained (the settle time starts) or lost (it starts over); else wait."""
+    if trusted:
+        new, reason = Stage(STAGE_SETTLE, now), "both webhook configurations trust the new CA"
+    elif stage.since is not None:
+        new, reason = Stage(STAGE_TRUST), "a webhook configuration no longer trusts the new CA"
+    else:
+        return Plan(current, pending_ca=next_crt)
+    return Plan(current, replace(stored_material(stored), rotation=new.encode()),
+                f"{reason}: rotation stage {new.name}", pending_ca=next_crt)
+
+
+def stored_material(stored: Mapping[str, bytes]) -> Material:
+    """The Secret's material exactly as stored (for a write that changes only the stage)."""
+    return Material(stored.get(CA_CERT) or b"", stored.get(TLS_CERT) or b"",
+                    stored.get(TLS_KEY) or b"", stored.get(CA_KEY), stored.get(NEXT_CA_CERT),
+                    stored.get(NEXT_CA_KEY), stored.get(ROTATION))
+
+
 def _valid(bundle: bytes, now: datetime) -> list[x509.Certificate]:
     return [c for c in load_bundle(bundle) if c.not_valid_after_utc > now]
 
@@ -333,7 +395,7 @@ def _stage_new_ca(bundle: bytes, ca_key: bytes, tls_crt: bytes | None, tls_key: 
     kept = b"".join(cert_to_pem(c) for c in _valid(bundle, now) if _der(c) not in dropped)
     new_pem = cert_to_pem(ca)
     return Material(kept + new_pem, tls_crt or b"", tls_key or b"", ca_key, new_pem,
-                    key_to_pem(key))
+                    key_to_pem(key), Stage(STAGE_TRUST).encode())
 
 
 def _switch(bundle: bytes, next_crt: bytes, next_key: bytes, dns: list[str], ips: list[str],

@@ -28,10 +28,8 @@ import base64
 import binascii
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Protocol
 
 from certs.issue import cert_to_pem, not_after
@@ -43,10 +41,12 @@ from certs.rotation import (
     NEXT_CA_KEY,
     RENEW_WITHIN,
     ROTATE_ANNOTATION,
+    ROTATION,
     SERVING_DAYS,
     TLS_CERT,
     TLS_KEY,
     Material,
+    Stage,
     ca_needs_rotation,
     issue_material,
     issued_by,
@@ -55,13 +55,11 @@ from certs.rotation import (
     pair_matches,
     plan,
 )
-from certs.store import write_atomic
 from kube.resources import Resource
 from kube.rest import ApiError
 
-__all__ = ["SECRETS", "Material", "ca_needs_rotation", "describe", "ensure_secret_certs",
-           "needs_rotation", "read_secret_material", "reconcile_secret", "request_rotation",
-           "write_cert_files"]
+__all__ = ["SECRETS", "Material", "ca_needs_rotation", "describe", "needs_rotation",
+           "read_secret_material", "reconcile_secret", "request_rotation"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +68,7 @@ TLS_SECRET_TYPE = "kubernetes.io/tls"
 MAX_ATTEMPTS = 5
 
 # Keys this module owns in the Secret: a write drops those the new material lacks.
-_MANAGED = (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, NEXT_CA_CERT, NEXT_CA_KEY)
+_MANAGED = (CA_CERT, CA_KEY, TLS_CERT, TLS_KEY, NEXT_CA_CERT, NEXT_CA_KEY, ROTATION)
 
 TrustCheck = Callable[[bytes], bool]
 
@@ -157,13 +155,15 @@ def read_secret_material(rest: SecretApi, namespace: str, name: str) -> Material
 
 def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iterable[str],
                      ip_addresses: Iterable[str], *, pending_trusted: TrustCheck = _never_trusted,
-                     now: datetime | None = None, renew_within: timedelta = RENEW_WITHIN,
+                     now: datetime | None = None, settle: timedelta = timedelta(0),
+                     renew_within: timedelta = RENEW_WITHIN,
                      ca_days: int = CA_DAYS, serving_days: int = SERVING_DAYS,
                      labels: Mapping[str, str] | None = None) -> tuple[Material | None, bytes | None]:
     """The leader's step: create or advance the Secret; returns (material to serve, pending CA).
 
     `pending_trusted(ca_pem)` says whether both webhook configurations trust
-    a pending CA; it is asked only while a CA rotation waits on it. Races with
+    a pending CA; it is asked only while a CA rotation waits on it, and the
+    switch waits `settle` after trust was first recorded in the Secret. Races with
     another writer resolve through AlreadyExists and resourceVersion
     conflicts: the loser re-reads and plans again. API errors other than
     those propagate.
@@ -200,7 +200,8 @@ def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iter
         pending = stored.get(NEXT_CA_CERT)
         trusted = bool(pending) and pending_trusted(pending or b"")
         step = plan(stored, dns, ips, moment, request=rotate_request(secret),
-                    pending_trusted=trusted, renew_within=renew_within, ca_days=ca_days,
+                    pending_trusted=trusted, settle=settle, renew_within=renew_within,
+                    ca_days=ca_days,
                     serving_days=serving_days)
         if step.warning:
             log.warning("%s: %s", where, step.warning)
@@ -216,51 +217,6 @@ def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iter
         log.info("rotated %s: %s", where, step.reason)
         return servable(step.write.fields()), step.pending_ca
     raise RuntimeError(f"{where}: gave up after {MAX_ATTEMPTS} attempts lost to other writers")
-
-
-def ensure_secret_certs(rest: SecretApi, namespace: str, name: str,
-                        cert_dir: str | os.PathLike[str], dns_names: Iterable[str],
-                        ip_addresses: Iterable[str], **options: Any) -> None:
-    """`reconcile_secret`, then write what to serve into `cert_dir` (see `write_cert_files`)."""
-    material, _pending = reconcile_secret(rest, namespace, name, dns_names, ip_addresses,
-                                          **options)
-    if material is not None:
-        write_cert_files(cert_dir, material)
-
-
-# -- files ---------------------------------------------------------------------------
-
-
-def write_cert_files(cert_dir: str | os.PathLike[str], material: Material) -> bool:
-    """Write `ca.crt`, `tls.key`, `tls.crt`; returns whether anything changed.
-
-    Unchanged files are not rewritten, so a watcher sees no spurious reload.
-    The key goes before the certificate; a watcher that catches the pair
-    mismatched in between keeps its previous pair until the next change.
-    The CA key is never written to disk.
-    """
-    root = Path(cert_dir)
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    changed = False
-    for filename, data, mode in ((CA_CERT, material.ca_cert, 0o644),
-                                 (TLS_KEY, material.tls_key, 0o600),
-                                 (TLS_CERT, material.tls_cert, 0o644)):
-        target = root / filename
-        if not data:
-            # A Secret without a CA: a stale ca.crt here would be injected
-            # as the caBundle and break every call.
-            if target.exists():
-                target.unlink()
-                changed = True
-            continue
-        try:
-            if target.read_bytes() == data:
-                continue
-        except OSError:
-            pass
-        write_atomic(target, data, mode)
-        changed = True
-    return changed
 
 
 # -- operator requests -----------------------------------------------------------------
@@ -294,8 +250,14 @@ def describe(secret: Mapping[str, Any], now: datetime | None = None) -> list[str
         lines.append(f"tls.crt: expires {not_after(tls):%Y-%m-%d}"
                      + (f" ({reason})" if reason else ""))
     if stored.get(NEXT_CA_CERT):
-        lines.append("rotation: new CA staged in the bundle; the serving certificate moves to "
-                     "it once both webhook configurations trust it")
+        stage = Stage.decode(stored.get(ROTATION))
+        if stage.since is None:
+            lines.append("rotation: new CA staged in the bundle (stage trust); the serving "
+                         "certificate moves to it once both webhook configurations trust it")
+        else:
+            lines.append("rotation: new CA staged in the bundle and trusted by both webhook "
+                         f"configurations since {stage.since:%Y-%m-%dT%H:%M:%SZ} (stage settle); "
+                         "the serving certificate moves to it next")
     request = rotate_request(secret)
     if request:
         lines.append(f"requested: {ROTATE_ANNOTATION}={request} (the leader has not acted yet)")

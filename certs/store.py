@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import ssl
 import tempfile
 import threading
@@ -27,6 +26,7 @@ from certs.issue import (
     new_ca,
     new_serving_cert,
 )
+from certs.serving import ServingContext, new_server_context
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +118,8 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 def make_server_ssl_context(paths: CertPaths) -> ssl.SSLContext:
     """TLS 1.2+ server context holding the serving pair from `paths`."""
-    return _server_context(paths.tls_cert, paths.tls_key)
-
-
-def _server_context(cert_file: str | os.PathLike[str],
-                    key_file: str | os.PathLike[str]) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
+    ctx = new_server_context()
+    ctx.load_cert_chain(paths.tls_cert, paths.tls_key)
     return ctx
 
 
@@ -143,44 +137,44 @@ def _signature(*files: Path) -> Signature | None:
 
 
 class CertReloader:
-    """Keep `ssl_context` serving whatever pair is on disk.
+    """Keep a `ServingContext` serving whatever pair is in two files.
 
-    Each change is loaded into a fresh context, and the listening context's
-    SNI callback (which OpenSSL calls on every ClientHello, with or without a
-    server name) hands each new connection the newest one. The listening
-    context itself is never reloaded: `load_cert_chain` sets certificate and
-    key in two steps with the GIL released, and a handshake starting in
-    between (on the event loop, while this runs in a thread) would get a
-    certificate without its key and be cut off. A half-written or mismatched
-    pair fails to load and is ignored (and logged) until it becomes valid.
-    Open connections keep the certificate they started with.
+    For `--cert-dir` and a mounted Secret: each change of the files is read
+    into memory once (so a writer replacing them meanwhile cannot pair one
+    file's old content with the other's new) and handed over as bytes; see
+    `certs.serving` for how new connections get it. A half-written or
+    mismatched pair fails to load and is ignored (and logged) until the
+    files change again.
 
     `start()` polls from a thread; `run()` polls on an event loop.
     """
 
-    def __init__(self, ssl_context: ssl.SSLContext, cert_path: str | os.PathLike[str],
+    def __init__(self, serving: ServingContext | ssl.SSLContext, cert_path: str | os.PathLike[str],
                  key_path: str | os.PathLike[str], poll_seconds: float = 2.0) -> None:
-        self._current = ssl_context
-        ssl_context.sni_callback = self._hand_over
+        self.serving = serving if isinstance(serving, ServingContext) else ServingContext(serving)
         self.cert_path, self.key_path = Path(cert_path), Path(key_path)
         self.poll_seconds = poll_seconds
         self._lock = threading.Lock()
         self._seen: Signature | None = None
-        self._hooks: list[ReloadHook] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.loaded = False
-        self.not_after: datetime | None = None
-        self.last_error: str | None = None
         self.check()
+
+    @property
+    def loaded(self) -> bool:
+        return self.serving.loaded
+
+    @property
+    def not_after(self) -> datetime | None:
+        return self.serving.not_after
+
+    @property
+    def last_error(self) -> str | None:
+        return self.serving.last_error
 
     def on_reload(self, fn: ReloadHook) -> None:
         """Call `fn(not_after)` after every load, and now if already loaded."""
-        with self._lock:
-            self._hooks.append(fn)
-            current = self.not_after if self.loaded else None
-        if current is not None:
-            self._call(fn, current)
+        self.serving.on_load(fn)
 
     def check(self) -> bool:
         """Poll once; True if a new pair was loaded."""
@@ -190,50 +184,12 @@ class CertReloader:
                 return False
             self._seen = sig
             try:
-                expires = self._load()
-            except (OSError, ValueError, ssl.SSLError) as exc:
-                # A writer may be between the two files; the next change retries.
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("serving certificate %s not loaded (kept the previous one): %s",
-                            self.cert_path, self.last_error)
+                cert_pem, key_pem = self.cert_path.read_bytes(), self.key_path.read_bytes()
+            except OSError as exc:
+                # Replaced between stat and read; the next change retries.
+                log.warning("serving certificate %s not read: %s", self.cert_path, exc)
                 return False
-            self.loaded, self.not_after, self.last_error = True, expires, None
-            hooks = tuple(self._hooks)
-        log.info("loaded serving certificate %s (expires %s)", self.cert_path,
-                 expires.isoformat())
-        for fn in hooks:
-            self._call(fn, expires)
-        return True
-
-    def _load(self) -> datetime:
-        cert_pem, key_pem = self.cert_path.read_bytes(), self.key_path.read_bytes()
-        expires = cert_from_pem(cert_pem).not_valid_after_utc
-        # Load from a private copy of the bytes just read, so that a writer
-        # replacing the live files meanwhile cannot pair one file's old
-        # content with the other's new.
-        scratch = tempfile.mkdtemp(prefix="certreload-")  # 0700
-        try:
-            cert_file, key_file = os.path.join(scratch, "c"), os.path.join(scratch, "k")
-            write_atomic(Path(cert_file), cert_pem, 0o600)
-            write_atomic(Path(key_file), key_pem, 0o600)
-            fresh = _server_context(cert_file, key_file)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        self._current = fresh  # one reference swap: atomic for the handshake reading it
-        return expires
-
-    def _hand_over(self, conn: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None,
-                   listening: ssl.SSLContext) -> None:
-        current = self._current
-        if current is not listening:
-            conn.context = current
-
-    @staticmethod
-    def _call(fn: ReloadHook, expires: datetime) -> None:
-        try:
-            fn(expires)
-        except Exception:
-            log.exception("certificate reload hook %r failed", fn)
+            return self.serving.load(cert_pem, key_pem, str(self.cert_path))
 
     # -- polling -----------------------------------------------------------------
 

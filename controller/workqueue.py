@@ -16,14 +16,16 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from kube.backoff import Backoff
+
 K = TypeVar("K", bound=Hashable)
 
 
 class WorkQueue(Generic[K]):
     def __init__(self, *, base_delay: float = 0.05, max_delay: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._base = base_delay
-        self._max = max_delay
+        # No jitter: a key's retries are already spread by when it failed.
+        self._backoff = Backoff(initial=base_delay, cap=max_delay, jitter=0.0)
         self._clock = clock
         self._cond = threading.Condition()
         self._queue: deque[K] = deque()
@@ -54,7 +56,7 @@ class WorkQueue(Generic[K]):
         with self._cond:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-        delay = min(self._base * (2 ** (failures - 1)), self._max)
+        delay = self._backoff.delay(failures - 1)
         self.add_after(key, delay)
         return delay
 

@@ -12,12 +12,12 @@ Objects handed out are shared, not copied: treat them as read-only.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kube.backoff import Backoff
 from kube.resources import Resource
 from kube.rest import ApiError, Rest, WatchStream
 
@@ -57,25 +57,6 @@ def drop_managed_fields(obj: Obj) -> Obj:
     """A common transform: managedFields are large and rarely read."""
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
-
-
-class Backoff:
-    """Exponential delay with jitter, capped; `reset()` after a success."""
-
-    def __init__(self, initial: float = 0.5, cap: float = 30.0, factor: float = 2.0,
-                 jitter: float = 0.2, rand: Callable[[], float] = random.random) -> None:
-        self.initial, self.cap, self.factor, self.jitter = initial, cap, factor, jitter
-        self._rand = rand
-        self._attempt = 0
-
-    def next(self) -> float:
-        base = min(self.cap, self.initial * self.factor ** self._attempt)
-        self._attempt += 1
-        # Jitter keeps many replicas from reconnecting in lockstep after an outage.
-        return min(self.cap, base * (1.0 + self.jitter * (2.0 * self._rand() - 1.0)))
-
-    def reset(self) -> None:
-        self._attempt = 0
 
 
 class WatchCache:

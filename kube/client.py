@@ -25,11 +25,12 @@ _logged_lock = threading.Lock()
 def load_api_client(kubeconfig: str | None, *, probe_timeout: float = 3.0) -> ApiClient | None:
     """A client for the configured API server, or None if there is none.
 
-    Order: the `kubeconfig` argument, then in-cluster service account (when
-    KUBERNETES_SERVICE_HOST is set), then `KUBECONFIG`, then ~/.kube/config.
-    An explicit path wins over in-cluster so that a process running inside a
-    pod (CI, a debug shell) can still be pointed at another cluster; this is
-    the order client-go's tooling uses too.
+    Order, as client-go's clientcmd and controller-runtime resolve it: the
+    `kubeconfig` argument, then `KUBECONFIG`, then the in-cluster service
+    account (when KUBERNETES_SERVICE_HOST is set), then ~/.kube/config. A
+    kubeconfig someone named wins over in-cluster, so that a process inside a
+    pod (CI, a debug shell, a test) goes where it was pointed, not to the
+    cluster it happens to run in.
 
     The server must answer GET /version within `probe_timeout` seconds.
     """
@@ -72,15 +73,15 @@ def _configure(config: Configuration, kubeconfig: str | None) -> str | None:
         load_kube_config(config_file=kubeconfig, client_configuration=config,
                          persist_config=False)
         return f"kubeconfig {kubeconfig}"
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        load_incluster_config(client_configuration=config)
-        return "in-cluster service account"
     env = os.environ.get("KUBECONFIG", "")
     paths = [p for p in env.split(os.pathsep) if p and os.path.exists(os.path.expanduser(p))]
     if paths:
         load_kube_config(config_file=os.pathsep.join(paths), client_configuration=config,
                          persist_config=False)
         return f"KUBECONFIG {os.pathsep.join(paths)}"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        load_incluster_config(client_configuration=config)
+        return "in-cluster service account"
     default = os.path.expanduser(DEFAULT_KUBECONFIG)
     if os.path.exists(default):
         load_kube_config(config_file=default, client_configuration=config,

@@ -7,6 +7,7 @@ local control plane from devstack; build it first with controlplane/build.sh.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,19 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "api", "e2e")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sealed_from_in_cluster() -> Iterator[None]:
+    """No test, nor a server it starts, may find the cluster this run happens to be in.
+
+    Inside a pod (CI on Kubernetes) these variables point at the real cluster;
+    tests that want in-cluster behaviour set them on purpose.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        patch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+        yield
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

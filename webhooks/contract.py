@@ -69,9 +69,9 @@ DEFAULT_CONTROLLER_IDENTITY: Final = "system:serviceaccount:raykueue-system:rayk
 FIRST_MUTATING_WEBHOOK_CONFIG: Final = "aa-raykueue-first"
 MUTATING_WEBHOOK_CONFIG: Final = "zz-raykueue-mutating"
 VALIDATING_WEBHOOK_CONFIG: Final = "zz-raykueue-validating"
+MUTATING_WEBHOOK_CONFIGS: Final = (FIRST_MUTATING_WEBHOOK_CONFIG, MUTATING_WEBHOOK_CONFIG)
 WEBHOOK_CONFIGS: Final = (
-    ("mutatingwebhookconfigurations", FIRST_MUTATING_WEBHOOK_CONFIG),
-    ("mutatingwebhookconfigurations", MUTATING_WEBHOOK_CONFIG),
+    *(("mutatingwebhookconfigurations", name) for name in MUTATING_WEBHOOK_CONFIGS),
     ("validatingwebhookconfigurations", VALIDATING_WEBHOOK_CONFIG),
 )
 MUTATE_PATH: Final = "/mutate-pods"

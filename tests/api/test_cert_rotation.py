@@ -38,10 +38,10 @@ import pytest
 import devstack
 from certs import rotation as r
 from certs.issue import cert_to_pem
-from certs.secret import ensure_secret_certs
 from kube.client import load_api_client
 from kube.leader import format_micro_time
 from kube.rest import Rest
+from tests.certfiles import ensure_secret_certs
 from tests.stackfixtures import RaykueueServer, _raykueue_command, new_namespace  # noqa: F401
 from tests.waiting import wait_for
 from webhooks import contract as c

@@ -21,6 +21,7 @@ from cryptography import x509
 
 from certs import secret as s
 from kube.rest import ApiError, Rest
+from tests.certfiles import ensure_secret_certs
 
 NAME = "raykueue-webhook-tls"  # the name the Role in manifests/rbac.yaml allows
 DNS = ["raykueue-webhook.ns.svc", "raykueue-webhook.ns.svc.cluster.local"]
@@ -47,7 +48,7 @@ def rest(k8s) -> Rest:
 
 def test_creates_a_tls_secret_the_server_accepts(rest: Rest, new_namespace, tmp_path: Path):
     ns = new_namespace("certs")
-    s.ensure_secret_certs(rest, ns, NAME, tmp_path, DNS, ["127.0.0.1"])
+    ensure_secret_certs(rest, ns, NAME, tmp_path, DNS, ["127.0.0.1"])
     obj = rest.get(secret_path(ns))
     assert obj["type"] == "kubernetes.io/tls"
     assert set(obj["data"]) == {"tls.crt", "tls.key", "ca.crt", "ca.key"}
@@ -66,7 +67,7 @@ def test_replicas_racing_end_up_with_one_certificate(rest: Rest, new_namespace, 
     def replica(i: int) -> None:
         try:
             barrier.wait(10)
-            s.ensure_secret_certs(rest, ns, NAME, tmp_path / str(i), DNS, [])
+            ensure_secret_certs(rest, ns, NAME, tmp_path / str(i), DNS, [])
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -105,7 +106,7 @@ class Interloper:
 def test_stale_rotation_is_retried_on_the_servers_conflict(
         rest: Rest, new_namespace, tmp_path: Path):
     ns = new_namespace("certs")
-    s.ensure_secret_certs(rest, ns, NAME, tmp_path, DNS, [], serving_days=10)
+    ensure_secret_certs(rest, ns, NAME, tmp_path, DNS, [], serving_days=10)
     before = stored(rest, ns)
 
     # The real server's answer to a stale resourceVersion is what we classify.
@@ -116,7 +117,7 @@ def test_stale_rotation_is_retried_on_the_servers_conflict(
     assert info.value.is_conflict and not info.value.is_already_exists
 
     interloper = Interloper(rest)
-    s.ensure_secret_certs(interloper, ns, NAME, tmp_path, DNS, [])
+    ensure_secret_certs(interloper, ns, NAME, tmp_path, DNS, [])
     assert interloper.interfered == 1
     after = stored(rest, ns)
     obj = rest.get(secret_path(ns))
@@ -130,7 +131,7 @@ def test_stale_rotation_is_retried_on_the_servers_conflict(
 
 def test_lost_create_race_classified_as_already_exists(rest: Rest, new_namespace, tmp_path: Path):
     ns = new_namespace("certs")
-    s.ensure_secret_certs(rest, ns, NAME, tmp_path / "a", DNS, [])
+    ensure_secret_certs(rest, ns, NAME, tmp_path / "a", DNS, [])
     body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": NAME, "namespace": ns},
             "data": {"tls.crt": "", "tls.key": ""}}
@@ -176,9 +177,9 @@ def test_shipped_role_allows_the_secret_protocol(as_service_account, rest: Rest,
                                                  tmp_path: Path):
     ns, sa = as_service_account
     # create (nothing there yet), then get + update (a new SAN forces a rotation)
-    s.ensure_secret_certs(sa, ns, NAME, tmp_path, DNS[:1], [])
+    ensure_secret_certs(sa, ns, NAME, tmp_path, DNS[:1], [])
     first = stored(rest, ns)
-    s.ensure_secret_certs(sa, ns, NAME, tmp_path, DNS, [])
+    ensure_secret_certs(sa, ns, NAME, tmp_path, DNS, [])
     second = stored(rest, ns)
     assert second["tls.crt"] != first["tls.crt"] and second["ca.crt"] == first["ca.crt"]
     assert files(tmp_path)["tls.crt"] == second["tls.crt"]

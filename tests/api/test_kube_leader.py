@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from kube.leader import LeaderElector, lease_expired, parse_time
+from kube.backoff import Backoff
+from kube.leader import LeaderElector, lease_expired, observe, parse_time
 from kube.resources import LEASES
 from kube.rest import Rest
 from tests.waiting import wait_for
@@ -26,16 +26,20 @@ def rest(k8s) -> Rest:
 class Candidate:
     """An elector running in a thread, recording when it led."""
 
-    def __init__(self, rest: Rest, ns: str, identity: str) -> None:
-        self.elector = LeaderElector(rest, ns, "lock", identity, **FAST)  # type: ignore[arg-type]
+    def __init__(self, rest: Rest, ns: str, identity: str,
+                 work: Callable[[threading.Event], None] | None = None,
+                 **timing: Any) -> None:
+        self.elector = LeaderElector(rest, ns, "lock", identity,  # type: ignore[arg-type]
+                                     **{**FAST, **timing})
         self.stop = threading.Event()
         self.terms: list[threading.Event] = []
+        self._work = work or (lambda lost: lost.wait())
         self.thread = threading.Thread(target=self.elector.run, args=(self._lead, self.stop),
                                        daemon=True)
 
     def _lead(self, lost: threading.Event) -> None:
         self.terms.append(lost)
-        lost.wait()
+        self._work(lost)
 
     def start(self) -> Candidate:
         self.thread.start()
@@ -111,9 +115,37 @@ def test_lease_written_by_us_reads_back_consistently(rest: Rest, new_namespace) 
     ns = new_namespace("kube-leader")
     elector = LeaderElector(rest, ns, "lock", "me", **FAST)  # type: ignore[arg-type]
     assert elector.try_acquire_or_renew()
-    spec = lease(rest, ns)
-    now = datetime.now(UTC)
-    assert not lease_expired(spec, now)
-    assert lease_expired(spec, now + timedelta(seconds=4))
+    seen = observe(None, lease(rest, ns), 0.0)
+    assert seen.holder == "me" and seen.duration == FAST["lease_seconds"]
+    assert not lease_expired(seen, 0.0)
+    assert lease_expired(seen, 4.0)
     assert elector.release()
-    assert lease_expired(lease(rest, ns), now)
+    assert lease_expired(observe(seen, lease(rest, ns), 0.0), 0.0)
+
+
+def test_a_leader_whose_work_fails_releases_and_another_takes_over(rest: Rest,
+                                                                     candidates) -> None:
+    """The failed leader's Lease would last a minute: b leads only because a released it."""
+    ns, made = candidates
+    slow_expiry = {"lease_seconds": 60, "failures": Backoff(initial=30, cap=30, jitter=0)}
+
+    def broken(lost: threading.Event) -> None:
+        raise RuntimeError("controller could not start")
+
+    a = Candidate(rest, ns, "a", broken, **slow_expiry)
+    made.append(a)
+    a.start()
+    wait_for(lambda: a.terms, timeout=10, message="a leads")
+    wait_for(lambda: a.elector.failure is not None, timeout=10, interval=0.05,
+             message="a's term ends with its work")
+    assert "holderIdentity" not in lease(rest, ns)  # released, not left to expire
+
+    b = Candidate(rest, ns, "b", **slow_expiry).start()
+    made.append(b)
+    wait_for(lambda: b.elector.is_leader, timeout=10, message="b takes over the released lease")
+    spec = lease(rest, ns)
+    assert spec["holderIdentity"] == "b"
+    assert spec["leaseTransitions"] >= 1
+    # a is backing off, not campaigning, and says why.
+    assert not a.elector.is_leader and "RuntimeError" in (a.elector.failure or "")
+    assert len(a.terms) == 1

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import base64
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from certs import rotation as r
-from certs.keeper import SecretCertKeeper, write_placeholder
+from certs.keeper import SecretCertKeeper, placeholder_pair
+from certs.serving import ServingContext
 from kube.rest import ApiError
 from tests.unit.test_certs_secret import NAME, NS, PATH, FakeSecrets, ensure
 from tests.waiting import wait_for
@@ -22,22 +23,13 @@ VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurati
 
 
 class FakeApi(FakeSecrets):
-    """Secrets plus two webhook configurations, with JSON patches applied to caBundle."""
+    """Secrets plus two webhook configurations."""
 
     def __init__(self) -> None:
         super().__init__()
         for path in (MUTATING, VALIDATING):
             self.objects[path] = {"metadata": {"name": path.rsplit("/", 1)[1]}, "webhooks": [
                 {"name": "h.example.io", "clientConfig": {"url": "https://x"}}]}
-
-    def json_patch(self, path: str, ops: list[dict[str, Any]], **_: Any) -> Any:
-        self.calls.append(("patch", path))
-        hooks = self.objects[path]["webhooks"]
-        for op in ops:
-            if op["op"] == "add":
-                index = int(op["path"].split("/")[2])
-                hooks[index]["clientConfig"]["caBundle"] = op["value"]
-        return self.objects[path]
 
     def bundle(self, path: str) -> bytes:
         return base64.b64decode(self.objects[path]["webhooks"][0]["clientConfig"]["caBundle"])
@@ -47,28 +39,43 @@ class FakeApi(FakeSecrets):
 
 
 class Clock:
+    """Wall time `t` seconds after the test started (the settle time is kept in the Secret)."""
+
     def __init__(self) -> None:
         self.t = 0.0
+        self.start = datetime.now(UTC)
 
-    def __call__(self) -> float:
-        return self.t
+    def __call__(self) -> datetime:
+        return self.start + timedelta(seconds=self.t)
 
 
-def keeper(api: FakeApi, cert_dir: Path, *, leader: bool, clock: Clock | None = None,
-           changes: list[int] | None = None) -> SecretCertKeeper:
+class Served:
+    """What the keeper handed to the server, as a cert dir would have held it."""
+
+    def __init__(self) -> None:
+        self.materials: list[r.Material] = []
+
+    def __call__(self, material: r.Material) -> None:
+        self.materials.append(material)
+
+    def tls_crt(self) -> bytes | None:
+        return self.materials[-1].tls_cert if self.materials else None
+
+
+def keeper(api: FakeApi, served: Served, *, leader: bool,
+           clock: Clock | None = None) -> SecretCertKeeper:
     return SecretCertKeeper(
-        api, NS, NAME, cert_dir, ["svc.example"], ["127.0.0.1"], is_leader=lambda: leader,
-        mutating_config="m", validating_config="v", settle_seconds=5.0,
-        clock=clock or Clock(),
-        on_change=(lambda: changes.append(1)) if changes is not None else (lambda: None))
+        api, NS, NAME, ["svc.example"], ["127.0.0.1"], is_leader=lambda: leader,
+        mutating_config="m", validating_config="v", on_material=served,
+        settle_seconds=5.0, clock=clock or Clock())
 
 
 def test_non_leader_waits_for_the_secret_and_never_writes(tmp_path: Path) -> None:
     api = FakeApi()
-    changes: list[int] = []
-    k = keeper(api, tmp_path / "replica", leader=False, changes=changes)
+    served = Served()
+    k = keeper(api, served, leader=False)
     k.tick()
-    assert not k.synced and not (tmp_path / "replica" / "tls.crt").exists()
+    assert not k.synced and served.tls_crt() is None
     assert api.writes() == []
 
     ensure(api, tmp_path / "leader", serving_days=10)  # created elsewhere, and due
@@ -76,8 +83,8 @@ def test_non_leader_waits_for_the_secret_and_never_writes(tmp_path: Path) -> Non
     version = api.objects[PATH]["metadata"]["resourceVersion"]
     for _ in range(3):
         k.tick()
-    assert k.synced and changes == [1]
-    assert (tmp_path / "replica" / "tls.crt").read_bytes() == api.stored()["tls.crt"]
+    assert k.synced and len(served.materials) == 1
+    assert served.tls_crt() == api.stored()["tls.crt"]
     assert api.writes() == ["create"]
     assert api.objects[PATH]["metadata"]["resourceVersion"] == version
     assert "caBundle" not in str(api.objects[MUTATING])  # nor injects
@@ -85,7 +92,7 @@ def test_non_leader_waits_for_the_secret_and_never_writes(tmp_path: Path) -> Non
 
 def test_leader_creates_injects_and_repairs(tmp_path: Path) -> None:
     api = FakeApi()
-    k = keeper(api, tmp_path, leader=True)
+    k = keeper(api, Served(), leader=True)
     k.tick()
     assert k.synced and api.writes() == ["create", "patch", "patch"]
     ca = api.stored()["ca.crt"]
@@ -102,7 +109,8 @@ def test_leader_switches_only_after_both_configurations_trusted_for_the_settle_t
         tmp_path: Path) -> None:
     api = FakeApi()
     clock = Clock()
-    k = keeper(api, tmp_path, leader=True, clock=clock)
+    served = Served()
+    k = keeper(api, served, leader=True, clock=clock)
     k.tick()
     first = api.stored()
     api.objects[PATH]["metadata"]["annotations"] = {r.ROTATE_ANNOTATION: r.ROTATE_CA}
@@ -125,14 +133,39 @@ def test_leader_switches_only_after_both_configurations_trusted_for_the_settle_t
     k.tick()
     switched = api.stored()
     assert r.issued_by(switched["tls.crt"], staged["next-ca.crt"])
-    assert (tmp_path / "tls.crt").read_bytes() == switched["tls.crt"]
+    assert served.tls_crt() == switched["tls.crt"]
     assert api.bundle(MUTATING) == switched["ca.crt"]
+
+
+def test_a_new_leader_carries_on_from_the_stage_in_the_secret() -> None:
+    """The settle time is in the Secret: a keeper with no memory of it switches on time."""
+    api = FakeApi()
+    clock = Clock()
+    keeper(api, Served(), leader=True, clock=clock).tick()
+    api.objects[PATH]["metadata"]["annotations"] = {r.ROTATE_ANNOTATION: r.ROTATE_CA}
+    first = keeper(api, Served(), leader=True, clock=clock)
+    first.tick()  # staged and injected
+    assert api.stored()[r.ROTATION] == b"trust"
+    clock.t = 10.0
+    first.tick()  # trusted: recorded in the Secret
+    assert api.stored()[r.ROTATION].startswith(b"settle ")
+    staged = api.stored()
+
+    successor = keeper(api, Served(), leader=True, clock=clock)
+    clock.t = 14.0
+    successor.tick()
+    assert api.stored()["tls.crt"] == staged["tls.crt"]  # 4s of 5: not yet
+    clock.t = 15.5
+    successor.tick()
+    switched = api.stored()
+    assert r.issued_by(switched["tls.crt"], staged["next-ca.crt"])
+    assert r.ROTATION not in switched and "next-ca.crt" not in switched
 
 
 def test_loop_survives_api_errors(tmp_path: Path) -> None:
     api = FakeApi()
-    api.fail = ApiError(0, "ConnectionRefused")
-    k = keeper(api, tmp_path, leader=True)
+    api.fail_always["get"] = ApiError(0, "ConnectionRefused")
+    k = keeper(api, Served(), leader=True)
     k.poll_seconds = k.leader_seconds = 0.01
     stop = threading.Event()
     thread = threading.Thread(target=k.run, args=(stop,), daemon=True)
@@ -140,7 +173,7 @@ def test_loop_survives_api_errors(tmp_path: Path) -> None:
     try:
         wait_for(lambda: k.last_error is not None, timeout=5, message="a failed tick")
         assert not k.synced
-        api.fail = None
+        api.fail_always.clear()
         wait_for(lambda: k.synced and k.last_error is None, timeout=5, message="recovery")
     finally:
         stop.set()
@@ -149,12 +182,13 @@ def test_loop_survives_api_errors(tmp_path: Path) -> None:
     assert not thread.is_alive()
 
 
-def test_placeholder_has_no_ca_and_never_overwrites(tmp_path: Path) -> None:
-    assert write_placeholder(tmp_path, ["svc.example"], [])
-    assert (tmp_path / "tls.crt").exists() and not (tmp_path / "ca.crt").exists()
-    before = (tmp_path / "tls.crt").read_bytes()
-    assert not write_placeholder(tmp_path, ["svc.example"], [])
-    assert (tmp_path / "tls.crt").read_bytes() == before
+def test_placeholder_is_self_signed_throwaway_and_servable() -> None:
+    cert, key = placeholder_pair(["svc.example"], [])
+    assert r.pair_matches(cert, key)
+    # Its CA is gone: nothing the API server trusts, nothing to inject.
+    assert not r.issued_by(cert, cert)
+    serving = ServingContext.from_pem(cert, key)
+    assert serving.loaded and serving.not_after is not None
 
 
 def test_leadership_without_the_controller_still_tells_the_keeper(tmp_path: Path) -> None:

@@ -154,3 +154,34 @@ def test_a_served_certificate_is_always_trusted_first(first_request: str | None)
         if i % 2:
             trusted = secret[r.CA_CERT]
     assert switches >= 2
+
+
+def test_settle_stage_is_recorded_kept_and_reset_in_the_secret() -> None:
+    m = r.issue_material(DNS, IPS)
+    staged = r.plan(stored(m), DNS, IPS, now(), request=r.ROTATE_CA).write
+    assert staged is not None and staged.rotation == b"trust"
+    settle = timedelta(seconds=5)
+    t0 = now()
+
+    trusted = r.plan(stored(staged), DNS, IPS, t0, pending_trusted=True, settle=settle)
+    w = trusted.write
+    assert w is not None and r.Stage.decode(w.rotation) == r.Stage(r.STAGE_SETTLE, t0)
+    assert replace(w, rotation=staged.rotation) == staged  # only the stage changed
+
+    early = r.plan(stored(w), DNS, IPS, t0 + timedelta(seconds=4), pending_trusted=True,
+                   settle=settle)
+    assert early.write is None and early.pending_ca == staged.next_ca_cert
+
+    lost = r.plan(stored(w), DNS, IPS, t0 + timedelta(seconds=4), settle=settle).write
+    assert lost is not None and lost.rotation == b"trust"  # the settle time starts over
+
+    done = r.plan(stored(w), DNS, IPS, t0 + timedelta(seconds=6), pending_trusted=True,
+                  settle=settle).write
+    assert done is not None and done.rotation is None
+    assert r.issued_by(done.tls_cert, staged.next_ca_cert)
+
+
+def test_an_unreadable_stage_counts_as_untrusted() -> None:
+    assert r.Stage.decode(b"settle yesterday") == r.Stage(r.STAGE_TRUST)
+    assert r.Stage.decode(b"settle 2026-01-01T00:00:00") == r.Stage(r.STAGE_TRUST)  # no zone
+    assert r.Stage.decode(None) == r.Stage(r.STAGE_TRUST)

@@ -12,7 +12,7 @@ import base64
 import copy
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from certs import secret as s
 from certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
 from certs.rotation import pair_matches
 from kube.rest import ApiError
+from tests.certfiles import ensure_secret_certs, write_cert_files
+from tests.fakeapi import FakeApi
 
 pytestmark = pytest.mark.unit
 
@@ -33,64 +35,22 @@ PATH = f"/api/v1/namespaces/{NS}/secrets/{NAME}"
 COLLECTION = f"/api/v1/namespaces/{NS}/secrets"
 
 
-class FakeSecrets:
-    """In-memory Secrets with the API server's concurrency rules."""
+class FakeSecrets(FakeApi):
+    """The one fake API, checking what every writer of the Secret must respect."""
 
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.version = 0
-        self.calls: list[tuple[str, str]] = []
-        # Run just before a create/replace is applied: simulates another replica.
-        self.before_create: Callable[[], None] | None = None
-        self.before_replace: Callable[[], None] | None = None
-        self.fail: ApiError | None = None
+    def create(self, path: str, body: Mapping[str, Any], query: Any = None, **kw: Any) -> Any:
+        # A create is never conditional: a resourceVersion in it is a bug the API rejects.
+        assert "resourceVersion" not in body["metadata"]
+        return super().create(path, body, query, **kw)
 
-    def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.version += 1
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        return copy.deepcopy(obj)
-
-    def get(self, path: str) -> Any:
-        self.calls.append(("get", path))
-        if self.fail:
-            raise self.fail
-        if path not in self.objects:
-            raise ApiError(404, "NotFound", {"reason": "NotFound"})
-        return copy.deepcopy(self.objects[path])
-
-    def create(self, path: str, body: Any) -> Any:
-        self.calls.append(("create", path))
-        hook, self.before_create = self.before_create, None
-        if hook:
-            hook()
-        obj = copy.deepcopy(dict(body))
-        assert "resourceVersion" not in obj["metadata"]
-        key = f"{path}/{obj['metadata']['name']}"
-        if key in self.objects:
-            raise ApiError(409, "AlreadyExists", {"reason": "AlreadyExists"})
-        obj["metadata"]["uid"] = f"uid-{len(self.objects)}"
-        self.objects[key] = obj
-        return self._bump(obj)
-
-    def replace(self, path: str, body: Any) -> Any:
-        self.calls.append(("replace", path))
-        hook, self.before_replace = self.before_replace, None
-        if hook:
-            hook()
-        if path not in self.objects:
-            raise ApiError(404, "NotFound", {"reason": "NotFound"})
-        obj = copy.deepcopy(dict(body))
-        current = self.objects[path]
-        rv = obj["metadata"].get("resourceVersion")
-        if rv and rv != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", {"reason": "Conflict"})
-        if obj.get("type") != current.get("type"):
+    def replace(self, path: str, body: Mapping[str, Any], **kw: Any) -> Any:
+        current = self.objects.get(path)
+        if current is not None and body.get("type") != current.get("type"):
             raise ApiError(422, "Invalid", {"reason": "Invalid", "message": "type is immutable"})
-        self.objects[path] = obj
-        return self._bump(obj)
+        return super().replace(path, body, **kw)
 
-    def writes(self) -> list[str]:
-        return [verb for verb, _ in self.calls if verb != "get"]
+    def writes(self) -> list[str]:  # type: ignore[override]
+        return [verb for verb, _ in super().writes()]
 
     def stored(self) -> dict[str, bytes]:
         data = self.objects[PATH]["data"]
@@ -99,7 +59,7 @@ class FakeSecrets:
 
 def ensure(fake: FakeSecrets, cert_dir: Path, dns: list[str] = DNS, ips: list[str] | None = None,
            **kw: Any) -> None:
-    s.ensure_secret_certs(fake, NS, NAME, cert_dir, dns, ips or [], **kw)
+    ensure_secret_certs(fake, NS, NAME, cert_dir, dns, ips or [], **kw)
 
 
 def load(pem: bytes) -> x509.Certificate:
@@ -244,7 +204,7 @@ def test_losing_the_create_race_adopts_the_winner(fake: FakeSecrets, tmp_path: P
     def another_replica_creates_first() -> None:
         fake.objects[PATH] = copy.deepcopy(winner)
 
-    fake.before_create = another_replica_creates_first
+    fake.before_next["create"] = another_replica_creates_first
     ensure(fake, tmp_path / "loser")
     assert fake.writes() == ["create"]
     assert fake.objects[PATH] == winner
@@ -307,7 +267,7 @@ def test_conflict_rereads_and_adopts_the_other_rotation(
         ensure(fake, tmp_path / "other")
         theirs.update(fake.stored())
 
-    fake.before_replace = another_replica_rotates
+    fake.before_next["replace"] = another_replica_rotates
     ensure(fake, tmp_path / "a")
     # ours: create, replace(conflict); theirs (nested): replace; then we re-read and serve theirs
     assert fake.writes() == ["create", "replace", "replace"]
@@ -317,7 +277,7 @@ def test_conflict_rereads_and_adopts_the_other_rotation(
 
 def test_secret_deleted_while_rotating_is_recreated(fake: FakeSecrets, tmp_path: Path) -> None:
     ensure(fake, tmp_path, serving_days=10)
-    fake.before_replace = lambda: fake.objects.clear()
+    fake.before_next["replace"] = lambda: fake.objects.clear()
     ensure(fake, tmp_path)
     assert fake.writes() == ["create", "replace", "create"]
     assert (tmp_path / "tls.crt").read_bytes() == fake.stored()["tls.crt"]
@@ -335,7 +295,7 @@ def test_gives_up_when_always_losing(fake: FakeSecrets, tmp_path: Path) -> None:
 
 
 def test_other_api_errors_propagate(fake: FakeSecrets, tmp_path: Path) -> None:
-    fake.fail = ApiError(403, "Forbidden", {"reason": "Forbidden"})
+    fake.fail_always["get"] = ApiError(403, "Forbidden", {"reason": "Forbidden"})
     with pytest.raises(ApiError) as info:
         ensure(fake, tmp_path)
     assert info.value.status == 403
@@ -451,7 +411,7 @@ def test_reading_never_writes(fake: FakeSecrets, tmp_path: Path) -> None:
 
 def test_needs_a_name_to_serve(fake: FakeSecrets, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        s.ensure_secret_certs(fake, NS, NAME, tmp_path, [], [])
+        ensure_secret_certs(fake, NS, NAME, tmp_path, [], [])
     assert fake.calls == []
 
 
@@ -462,7 +422,7 @@ def test_unchanged_files_are_not_rewritten(fake: FakeSecrets, tmp_path: Path) ->
     assert {p.name: p.stat().st_ino for p in tmp_path.iterdir()} == inodes
     stored = fake.stored()
     material = s.Material(stored["ca.crt"], stored["tls.crt"], stored["tls.key"])
-    assert s.write_cert_files(tmp_path, material) is False
+    assert write_cert_files(tmp_path, material) is False
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no temp files left
 
 

@@ -1,4 +1,4 @@
-"""kube.cache: diffing, backoff, and the list/watch/relist loop against a fake API."""
+"""kube.cache: diffing and the list/watch/relist loop against a fake API."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from kube.cache import ADDED, DELETED, MODIFIED, Backoff, WatchCache, diff, drop_managed_fields
+from kube.backoff import Backoff
+from kube.cache import ADDED, DELETED, MODIFIED, WatchCache, diff, drop_managed_fields
 from kube.resources import PODS
 from kube.rest import ApiError
 
@@ -44,22 +45,6 @@ def test_diff_delete_carries_last_known_object() -> None:
     last = pod("a", "x", 4, spec={"n": 1})
     [(kind, obj)] = diff({("a", "x"): last}, {})
     assert kind == DELETED and obj is last
-
-
-def test_backoff_grows_caps_and_resets() -> None:
-    b = Backoff(initial=1, cap=8, factor=2, jitter=0, rand=lambda: 0.5)
-    assert [b.next() for _ in range(6)] == [1, 2, 4, 8, 8, 8]
-    b.reset()
-    assert b.next() == 1
-
-
-def test_backoff_jitter_stays_within_band_and_cap() -> None:
-    low = Backoff(initial=10, cap=100, jitter=0.2, rand=lambda: 0.0)
-    high = Backoff(initial=10, cap=100, jitter=0.2, rand=lambda: 1.0)
-    assert low.next() == pytest.approx(8.0)
-    assert high.next() == pytest.approx(12.0)
-    capped = Backoff(initial=100, cap=100, jitter=0.2, rand=lambda: 1.0)
-    assert capped.next() == 100
 
 
 def test_drop_managed_fields() -> None:

@@ -97,6 +97,30 @@ def test_explicit_kubeconfig_wins_over_in_cluster(api_url: str, tmp_path: Path,
     assert client is not None and client.configuration.host == api_url
 
 
+def test_kubeconfig_env_wins_over_in_cluster(api_url: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process inside a pod pointed elsewhere through KUBECONFIG (CI, a test
+    # run) must not reach the cluster it runs in, as with client-go.
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "env-kc", api_url)))
+    client = load_api_client(None)
+    assert client is not None and client.configuration.host == api_url
+
+
+def test_in_cluster_wins_over_home_kubeconfig(api_url: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    write_kubeconfig(tmp_path / "home/.kube/config", api_url)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with caplog.at_level(logging.WARNING, logger="kube.client"):
+        # In-cluster is chosen (and, with no service account here, unusable):
+        # ~/.kube/config is not consulted.
+        assert load_api_client(None) is None
+    assert "unusable" in caplog.text
+
+
 def test_in_cluster_without_service_account_is_none(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")

@@ -11,15 +11,19 @@ from typing import Any
 
 import pytest
 
+from kube.backoff import Backoff
 from kube.leader import (
     LeaderElector,
+    Observation,
     claim,
     format_micro_time,
     lease_expired,
+    observe,
     parse_time,
     released,
 )
 from kube.rest import ApiError
+from tests.waiting import wait_for
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -43,18 +47,27 @@ def spec(holder: str | None, renewed: datetime | None, duration: int = 15) -> di
     return out
 
 
-def test_lease_expiry_is_renew_time_plus_duration() -> None:
-    held = spec("a", T0, 15)
-    assert not lease_expired(held, T0 + timedelta(seconds=14.9))
-    assert not lease_expired(held, T0 + timedelta(seconds=15))
-    assert lease_expired(held, T0 + timedelta(seconds=15, microseconds=1))
+def test_lease_expiry_is_observed_time_plus_duration() -> None:
+    held = observe(None, spec("a", T0, 15), 100.0)
+    assert not lease_expired(held, 114.9)
+    assert not lease_expired(held, 115.0)
+    assert lease_expired(held, 115.000001)
 
 
-def test_lease_without_holder_or_times_is_free() -> None:
-    assert lease_expired(spec(None, T0), T0)
-    assert lease_expired(spec("", T0), T0)
-    assert lease_expired(spec("a", None), T0)
-    assert lease_expired({"holderIdentity": "a", "renewTime": format_micro_time(T0)}, T0)
+def test_a_changed_record_restarts_the_observation() -> None:
+    first = observe(None, spec("a", T0, 15), 100.0)
+    assert observe(first, spec("a", T0, 15), 110.0) is first  # unchanged: time keeps running
+    renewed = observe(first, spec("a", T0 + timedelta(seconds=2), 15), 110.0)
+    assert renewed.since == 110.0
+    assert not lease_expired(renewed, 120.0) and lease_expired(first, 120.0)
+
+
+def test_lease_without_holder_or_duration_is_free() -> None:
+    assert lease_expired(observe(None, spec(None, T0), 0.0), 0.0)
+    assert lease_expired(observe(None, spec("", T0), 0.0), 0.0)
+    assert lease_expired(observe(None, {"holderIdentity": "a",
+                                        "renewTime": format_micro_time(T0)}, 0.0), 0.0)
+    assert lease_expired(Observation(("a", 0, None, None, None), 0.0), 0.0)
 
 
 def test_claim_renew_keeps_acquire_time_and_transitions() -> None:
@@ -81,7 +94,7 @@ def test_released_clears_holder_and_keeps_history() -> None:
     out = released(held, T0 + timedelta(seconds=1))
     assert "holderIdentity" not in out
     assert out["leaseTransitions"] == 3
-    assert lease_expired(out, T0 + timedelta(seconds=1))
+    assert lease_expired(observe(None, out, 0.0), 0.0)
 
 
 def test_timing_must_nest() -> None:
@@ -142,18 +155,28 @@ class FakeLeases:
 
 
 class Clock:
-    def __init__(self) -> None:
+    """A wall clock, and a monotonic one that advances with it from `skew` on."""
+
+    def __init__(self, skew: timedelta = timedelta()) -> None:
         self.now = T0
+        self.skew = skew
 
     def __call__(self) -> datetime:
-        return self.now
+        return self.now + self.skew
+
+    def monotonic(self) -> float:
+        return (self.now - T0).total_seconds()
 
 
 def elector(store: FakeLeases, identity: str, clock: Callable[[], datetime] | None = None,
             **timing: float) -> LeaderElector:
-    kw = {"lease_seconds": 15, "renew_seconds": 10, "retry_seconds": 2, **timing}
+    kw: dict[str, Any] = {"lease_seconds": 15, "renew_seconds": 10, "retry_seconds": 2, **timing}
+    if isinstance(clock, Clock):
+        # Tests that step a Clock step the monotonic time it implies too;
+        # running electors keep the real monotonic clock for their deadlines.
+        kw["monotonic"] = clock.monotonic
     return LeaderElector(store, "kube-system", "lock", identity,  # type: ignore[arg-type]
-                         clock=clock or Clock(), **kw)  # type: ignore[arg-type]
+                         clock=clock or Clock(), **kw)
 
 
 def test_first_candidate_creates_lease() -> None:
@@ -173,18 +196,45 @@ def test_second_candidate_waits_until_expiry_then_takes_over() -> None:
     assert not b.try_acquire_or_renew()
     assert a.try_acquire_or_renew()  # renews at +10
     clock.now = T0 + timedelta(seconds=24)
-    assert not b.try_acquire_or_renew()  # 14s after the renewal: still held
-    clock.now = T0 + timedelta(seconds=26)
+    assert not b.try_acquire_or_renew()  # b first sees the renewal at +24: held until +39
+    clock.now = T0 + timedelta(seconds=38)
+    assert not b.try_acquire_or_renew()  # 14s after b saw it: still held
+    clock.now = T0 + timedelta(seconds=40)
     assert b.try_acquire_or_renew()
     assert store.spec["holderIdentity"] == "b"
     assert store.spec["leaseTransitions"] == 1
     assert not a.try_acquire_or_renew()  # the old leader sees b's fresh claim
 
 
+@pytest.mark.parametrize("skew_hours", [1, -1])
+def test_expiry_ignores_skewed_wall_clocks(skew_hours: int) -> None:
+    """b's wall clock is an hour off a's: b still waits one lease, and no more.
+
+    Judged by renewTime against b's clock, b would take a live lease at once
+    (clock ahead) or wait an hour for a dead one (clock behind).
+    """
+    store, clock_a = FakeLeases(), Clock()
+    clock_b = Clock(skew=timedelta(hours=skew_hours))
+    a, b = elector(store, "a", clock_a), elector(store, "b", clock_b)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # a lease just renewed is a's
+    for seconds in (5, 10, 15):  # a renews every 5s: never b's
+        clock_a.now = clock_b.now = T0 + timedelta(seconds=seconds)
+        assert a.try_acquire_or_renew()
+        assert not b.try_acquire_or_renew()
+    # a dies after renewing at +15; b saw that record first at +15.
+    clock_b.now = T0 + timedelta(seconds=30)
+    assert not b.try_acquire_or_renew()
+    clock_b.now = T0 + timedelta(seconds=31)
+    assert b.try_acquire_or_renew()
+    assert store.spec["holderIdentity"] == "b"
+
+
 def test_stale_write_loses_to_concurrent_writer() -> None:
     store, clock = FakeLeases(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # b's first sight of a's record
     clock.now = T0 + timedelta(seconds=60)
     stale = store.get("")
     assert b.try_acquire_or_renew()
@@ -297,3 +347,82 @@ def test_two_runners_never_lead_together_and_fail_over() -> None:
     for t in threads:
         t.join(3)
     assert not any(overlap)
+
+
+FAST_FAILURES = {"lease_seconds": 3, "renew_seconds": 1, "retry_seconds": 0.05}
+
+
+@pytest.mark.parametrize("ending", ["raises", "returns"])
+def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(ending: str) -> None:
+    store = FakeLeases()
+    wall = lambda: datetime.now(UTC)  # noqa: E731
+    a = elector(store, "a", wall, failures=Backoff(initial=0.3, cap=0.3, jitter=0),
+                **FAST_FAILURES)
+    stop = threading.Event()
+    terms: list[threading.Event] = []
+    released_when_failed: list[bool] = []
+
+    def work(lost: threading.Event) -> None:
+        terms.append(lost)
+        if len(terms) == 1:
+            if ending == "raises":
+                raise RuntimeError("controller could not start")
+            return
+        lost.wait()
+
+    def watch_failure() -> None:
+        # While a reports the failure, the Lease must already be free.
+        while not stop.is_set():
+            if a.failure is not None:
+                released_when_failed.append("holderIdentity" not in store.spec
+                                            and not a.is_leader)
+            time.sleep(0.005)
+
+    runner = threading.Thread(target=a.run, args=(work, stop), daemon=True)
+    watcher = threading.Thread(target=watch_failure, daemon=True)
+    runner.start()
+    watcher.start()
+    try:
+        wait_for(lambda: a.failure is not None, timeout=5, interval=0.01,
+                 message="a reports its failed term")
+        assert ("RuntimeError" in a.failure) if ending == "raises" else ("returned" in a.failure)
+        wait_for(lambda: len(terms) == 2 and a.is_leader, timeout=5,
+                 message="a campaigns again after the backoff and leads")
+        assert a.failure is None
+        assert store.spec["holderIdentity"] == "a"
+    finally:
+        stop.set()
+        runner.join(3)
+        watcher.join(3)
+    assert released_when_failed and all(released_when_failed)
+
+
+def test_a_failed_leader_hands_over_at_once() -> None:
+    store = FakeLeases()
+    wall = lambda: datetime.now(UTC)  # noqa: E731
+    # a backs off far longer than the test, and its lease would last a minute:
+    # b can only lead because a released the Lease.
+    timing = {"lease_seconds": 60, "renew_seconds": 1, "retry_seconds": 0.05}
+    a = elector(store, "a", wall, failures=Backoff(initial=30, cap=30, jitter=0), **timing)
+    b = elector(store, "b", wall, **timing)
+    stop = threading.Event()
+
+    def broken(lost: threading.Event) -> None:
+        raise RuntimeError("boom")
+
+    def fine(lost: threading.Event) -> None:
+        lost.wait()
+
+    ta = threading.Thread(target=a.run, args=(broken, stop), daemon=True)
+    ta.start()
+    wait_for(lambda: a.failure is not None, timeout=5, message="a's term fails")
+    tb = threading.Thread(target=b.run, args=(fine, stop), daemon=True)
+    tb.start()
+    try:
+        wait_for(lambda: b.is_leader, timeout=5, message="b leads the released lease")
+        assert a.failure is not None and not a.is_leader
+    finally:
+        stop.set()
+        ta.join(3)
+        tb.join(3)
+    assert not ta.is_alive() and not tb.is_alive()
