@@ -35,10 +35,7 @@ MANIFESTS = ROOT / "manifests"
 PRIORITIES = MANIFESTS / "components" / "priorities"
 NAMESPACE = "raykueue-system"
 SERVICE_ACCOUNT = "raykueue"
-CONFIGS = (
-    ("mutatingwebhookconfigurations", c.MUTATING_WEBHOOK_CONFIG),
-    ("validatingwebhookconfigurations", c.VALIDATING_WEBHOOK_CONFIG),
-)
+CONFIGS = c.WEBHOOK_CONFIGS
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads"
 WPCS = "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses"
@@ -120,23 +117,24 @@ def test_install_is_applied_with_the_shipped_scope(installed: devstack.Stack) ->
     want = shipped()
     for plural, name in CONFIGS:
         live = api.get(config_path(plural, name))
-        (hook,) = live["webhooks"]
-        (spec,) = want[name]["webhooks"]
-        assert hook["clientConfig"]["service"] == {
-            "name": "raykueue-webhook", "namespace": NAMESPACE,
-            "path": spec["clientConfig"]["service"]["path"], "port": 443}
-        assert "caBundle" not in hook["clientConfig"], "raykueue injects it when it runs"
-        assert (hook["failurePolicy"], hook["sideEffects"]) == ("Fail", "None")
-        assert hook["timeoutSeconds"] == spec["timeoutSeconds"] <= 10
-        assert hook["objectSelector"] == {"matchExpressions": [
-            {"key": c.NODE_TYPE_LABEL, "operator": "In", "values": list(c.MANAGED_ROLES)}]}
-        (ns_expr,) = hook["namespaceSelector"]["matchExpressions"]
-        assert (ns_expr["key"], ns_expr["operator"]) == ("kubernetes.io/metadata.name", "NotIn")
-        assert {"kube-system", NAMESPACE} <= set(ns_expr["values"])
-        assert hook["matchConditions"] == spec["matchConditions"]
+        assert len(live["webhooks"]) == len(want[name]["webhooks"])
+        for hook, spec in zip(live["webhooks"], want[name]["webhooks"], strict=True):
+            assert hook["clientConfig"]["service"] == {
+                "name": "raykueue-webhook", "namespace": NAMESPACE,
+                "path": spec["clientConfig"]["service"]["path"], "port": 443}
+            assert "caBundle" not in hook["clientConfig"], "raykueue injects it when it runs"
+            assert (hook["failurePolicy"], hook["sideEffects"]) == ("Fail", "None")
+            assert hook["timeoutSeconds"] == spec["timeoutSeconds"] <= 10
+            if hook["rules"][0]["resources"] == ["pods"]:
+                assert hook["objectSelector"] == {"matchExpressions": [
+                    {"key": c.NODE_TYPE_LABEL, "operator": "In", "values": list(c.MANAGED_ROLES)}]}
+            (ns_expr,) = hook["namespaceSelector"]["matchExpressions"]
+            assert (ns_expr["key"], ns_expr["operator"]) == ("kubernetes.io/metadata.name", "NotIn")
+            assert {"kube-system", NAMESPACE} <= set(ns_expr["values"])
+            assert hook["matchConditions"] == spec["matchConditions"]
         assert live["metadata"]["labels"]["app.kubernetes.io/part-of"] == "raykueue"
-    mutating = api.get(config_path(*CONFIGS[0]))["webhooks"][0]
-    assert mutating["reinvocationPolicy"] == "IfNeeded"
+    mutating = api.get(config_path("mutatingwebhookconfigurations", c.MUTATING_WEBHOOK_CONFIG))
+    assert mutating["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
 
 
 def test_deployment_pod_is_admitted(installed: devstack.Stack) -> None:
