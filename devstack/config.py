@@ -23,7 +23,7 @@ def check_kueue_mode(mode: str) -> str:
 
 
 def default_kueue_mode() -> str:
-    return check_kueue_mode(os.environ.get(KUEUE_MODE_ENV) or "minimal")
+    return check_kueue_mode(os.environ.get(KUEUE_MODE_ENV) or "shipped")
 
 
 def default_bin_dir() -> Path:
@@ -76,8 +76,9 @@ class StackConfig:
     # Deep-merged over the generated Kueue configuration (config.kueue.x-k8s.io/v1beta2),
     # e.g. {"waitForPodsReady": {"timeout": "5m"}, "featureGates": {...}}.
     kueue_config: dict = field(default_factory=dict)
-    # "minimal" (batch/job only, no Kueue webhooks) or "shipped" (Kueue as users
-    # install it); devstack/kueue_shipped.py. Default from RAYKUEUE_KUEUE.
+    # "shipped" (Kueue as users install it, the default) or "minimal" (batch/job only,
+    # no Kueue webhooks: only for a test that says why); devstack/kueue_shipped.py.
+    # Default from RAYKUEUE_KUEUE.
     kueue_mode: str = field(default_factory=default_kueue_mode)
 
     @property

@@ -52,7 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--stack-dir", default=None,
                     help="stack directory (default $RAYKUEUE_STACK_DIR or ~/.cache/raykueue/stack)")
     group.addoption("--kueue", choices=KUEUE_MODES, default=None,
-                    help="which Kueue the stack runs (default $RAYKUEUE_KUEUE or minimal); "
+                    help="which Kueue the stack runs (default $RAYKUEUE_KUEUE or shipped); "
                          "see devstack/kueue_shipped.py")
 
 

@@ -257,9 +257,9 @@ def test_visibility_objects_route_the_shipped_apiservice_to_loopback() -> None:
 
 def test_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KUEUE_MODE_ENV, raising=False)
+    assert StackConfig().kueue_mode == "shipped"  # Kueue as users install it, by default
+    monkeypatch.setenv(KUEUE_MODE_ENV, "minimal")
     assert StackConfig().kueue_mode == "minimal"
-    monkeypatch.setenv(KUEUE_MODE_ENV, "shipped")
-    assert StackConfig().kueue_mode == "shipped"
     monkeypatch.setenv(KUEUE_MODE_ENV, "full")
     with pytest.raises(ValueError, match=KUEUE_MODE_ENV):
         StackConfig()
