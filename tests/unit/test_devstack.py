@@ -52,7 +52,7 @@ def test_webhook_configuration_overrides():
 
 
 def test_kueue_config_keeps_pod_and_ray_integrations_off(tmp_path):
-    stack = Stack(StackConfig(stack_dir=tmp_path, kueue_config={"waitForPodsReady": {
+    stack = Stack(StackConfig(stack_dir=tmp_path, kueue_mode="minimal", kueue_config={"waitForPodsReady": {
         "timeout": "5m"}}))
     cfg = stack._kueue_config(health=1234, webhook=5678)
     assert cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
