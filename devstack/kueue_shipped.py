@@ -362,13 +362,23 @@ def _kueue_url(stack: Stack) -> str:
     return f"https://127.0.0.1:{stack.procs['kueue'].ports['webhook']}"
 
 
+def manager_config_map(config_text: str, namespace: str) -> dict:
+    """The ConfigMap Kueue's install mounts its Configuration from (config/components/manager),
+    named as `config/default` prefixes it; raykueue reads it to learn Kueue's setup."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kueue-manager-config", "namespace": namespace},
+            "data": {"controller_manager_config.yaml": config_text}}
+
+
 def shipped_objects(stack: Stack, module: KueueModule) -> list[dict]:
-    """Everything `register` applies: both webhook configurations, the Service, the APIService."""
+    """Everything `register` applies: both webhook configurations, the Service, the APIService,
+    and the ConfigMap holding the Configuration Kueue runs with."""
     hooks = kueue_webhook_configurations(module.webhook_configurations(), _kueue_url(stack),
                                          webhook_ca(stack).read_bytes())
     vis = visibility_objects(module.doc(VISIBILITY_APISERVICE), module.doc(VISIBILITY_SERVICE),
                              module.namespace, stack.procs["kueue"].ports["visibility"])
-    return hooks + vis
+    config = manager_config_map((stack.dir / "kueue" / "config.yaml").read_text(), module.namespace)
+    return hooks + vis + [config]
 
 
 def register(stack: Stack) -> None:

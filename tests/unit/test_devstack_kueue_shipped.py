@@ -292,3 +292,18 @@ def test_a_stack_of_the_other_mode_goes_only_when_no_one_else_uses_it(tmp_path: 
     (users / str(os.getpid())).touch()  # only the asking session itself
     _other_mode(stack, "shipped", os.getpid(), logged.append)
     assert logged and "restarting" in logged[0]
+
+
+def test_the_stack_publishes_kueues_configuration_as_installs_do() -> None:
+    """raykueue reads Kueue's setup from this ConfigMap (coexist/); the stack's must parse as shipped."""
+    import yaml
+
+    from coexist.kueueconfig import parse
+    from devstack.kueue_shipped import manager_config_map, shipped_module
+
+    text = yaml.safe_dump(shipped_module().manager_config)
+    cm = manager_config_map(text, "kueue-system")
+    assert (cm["metadata"]["name"], cm["metadata"]["namespace"]) == ("kueue-manager-config", "kueue-system")
+    setup = parse(cm["data"]["controller_manager_config.yaml"], "stack")
+    assert setup.ray_kinds == {"RayCluster", "RayJob", "RayService"} and setup.pod_integration
+    assert setup.wait_for_pods_ready
