@@ -95,9 +95,15 @@ def spread(values: list[float]) -> str:
 # ---- the stack -----------------------------------------------------------------------
 
 def bench_config(nodes: int = 10, pods_per_node: int = 600) -> devstack.StackConfig:
-    """An e2e stack with Kueue's pod integration on in "kueue" namespaces only, and
-    room for thousands of small pods on kwok nodes."""
-    config = devstack.StackConfig(kueue_config=kueue_pod_integration(KUEUE_NAMESPACES))
+    """An e2e stack with room for thousands of small pods on kwok nodes.
+
+    Kueue runs as shipped (its pod integration on in every namespace but its
+    own and kube-system) unless RAYKUEUE_KUEUE=minimal, where its pod integration
+    is turned on for "kueue" namespaces only (the figures before Kueue as shipped).
+    """
+    config = devstack.StackConfig()
+    if config.kueue_mode == "minimal":
+        config.kueue_config = kueue_pod_integration(KUEUE_NAMESPACES)
     if not os.environ.get("RAYKUEUE_STACK_DIR"):
         config.stack_dir = Path("/tmp/stack-bench")
     config.nodes.count = nodes

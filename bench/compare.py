@@ -1,8 +1,8 @@
 """raykueue vs Kueue's own pod integration, side by side on one real control plane.
 
-One e2e stack (devstack) with the real Kueue manager's `pod` integration on, limited
-by managedJobsNamespaceSelector and by its registered webhooks' namespaceSelector to
-namespaces labelled bench.raykueue.io/system=kueue; raykueue (`raykueue serve`,
+One e2e stack (devstack) with the real Kueue manager as shipped (its webhooks and pod
+integration on in every namespace; with RAYKUEUE_KUEUE=minimal, limited to namespaces
+labelled bench.raykueue.io/system=kueue); raykueue (`raykueue serve`,
 webhooks + controller) serves namespaces labelled ...=raykueue; a third namespace
 has no webhook at all. Every system gets the same pod: the KubeRay worker pod
 recorded in tests/fixtures (no owner reference, requests shrunk to 100m/128Mi,
@@ -240,8 +240,8 @@ def main() -> int:
     parser.add_argument("--lifecycle-rounds", type=int, default=3)
     parser.add_argument("--keep-stack", action="store_true", help="leave a stack this run started")
     parser.add_argument("--no-pods-ready", action="store_true",
-                        help="run raykueue with RAYKUEUE_PODS_READY=false (valid because this "
-                             "stack's Kueue has waitForPodsReady off, Kueue's default)")
+                        help="run raykueue with RAYKUEUE_PODS_READY=false (valid only where "
+                             "Kueue's waitForPodsReady is off; as shipped it is on)")
     args = parser.parse_args()
 
     config = bench_config()
@@ -250,7 +250,9 @@ def main() -> int:
     assert api is not None
     rest = Rest(api)
     make_queue(rest, "bench", cpu="2000", memory="4000Gi")
-    register_kueue_pod_webhooks(stack, KUEUE_NAMESPACES)
+    shipped = config.kueue_mode == "shipped"
+    if not shipped:  # minimal: Kueue's pod webhooks registered for "kueue" namespaces only
+        register_kueue_pod_webhooks(stack, KUEUE_NAMESPACES)
     ns = {s: add_namespace(rest, f"bench-{s}", None if s == "none" else s, "bench") for s in SYSTEMS}
     # The bench pods have no head: raykueue's head-first rule would hold every worker.
     env = {"RAYKUEUE_HEAD_FIRST": "false"}
@@ -262,7 +264,8 @@ def main() -> int:
         wait_for(lambda: KUEUE_POD_GATE in dry_run_gates(stack, ns["kueue"], opt_in=False),
                  timeout=60, message="the API server to call Kueue's pod webhook")
         assert not dry_run_gates(stack, ns["none"], opt_in=True), "no webhook in the plain namespace"
-        print(f"stack {'started' if started else 'reused'} at {stack.dir}; namespaces {ns}; "
+        print(f"stack {'started' if started else 'reused'} at {stack.dir} (Kueue {config.kueue_mode}); "
+              f"namespaces {ns}; "
               f"raykueue at {server.url}, Kueue's pod webhook on port "
               f"{stack.procs['kueue'].ports['webhook']}")
         latency(rest, ns, args.creates, args.rounds)
@@ -270,7 +273,8 @@ def main() -> int:
                      pods_ready=not args.no_pods_ready)
     finally:
         server.close()
-        unregister_kueue_pod_webhooks(stack)
+        if not shipped:
+            unregister_kueue_pod_webhooks(stack)
         for name in ns.values():
             rest.delete(f"/api/v1/namespaces/{name}")
         if started and not args.keep_stack:
