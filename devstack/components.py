@@ -1,0 +1,295 @@
+"""What each process of the stack is: one declaration per component.
+
+A `Component` says which binary runs, with which arguments, on which named
+ports, what it needs running first, when it is ready, and whether `up` gives
+up at once when it fails. `plan.py` orders them by `needs` (start) and the
+reverse (stop); `stack.py` starts, stops, restarts and reports them from
+these declarations and state.json alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from . import pki
+from .config import StackConfig
+from .objects import KUEUE_NAMESPACE, KWOK_NODE_ANNOTATION, apply_objects, node_objects
+from .probes import condition, http_ok, secure_healthz, tls_port_open
+from .procs import StackError
+
+if TYPE_CHECKING:
+    from .handle import Stack
+
+Ports = dict[str, int]
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    tier: str
+    binary: str
+    # Named ports, each a free loopback port at start; the first is the one
+    # `Stack.ports` reports (etcd's client port, the API server's secure port, ...).
+    ports: tuple[str, ...]
+    args: Callable[[Stack, Ports], list[str]]
+    ready: Callable[[Stack], tuple[bool, str]]
+    needs: tuple[str, ...] = ()
+    # Files the arguments refer to (certificates, a config file, etcd's data dir).
+    prepare: Callable[[Stack, Ports], None] | None = None
+    # Runs right after the process starts, before waiting for it (kwok: its nodes).
+    after_start: Callable[[Stack], None] | None = None
+    # Also pass KUBECONFIG: controller-runtime managers read it besides --kubeconfig.
+    kubeconfig_env: bool = False
+    # Nothing works without it: `up` stops at its failure instead of collecting it.
+    fatal: bool = False
+    # `restart_component` waits for `ready` again (components whose probe needs
+    # nothing but the process itself).
+    wait_after_restart: bool = False
+
+
+# ---- etcd and the API server ------------------------------------------------------------
+
+def _etcd_data(stack: Stack, ports: Ports) -> None:
+    stack.record(etcd_data=tempfile.mkdtemp(prefix="raykueue-etcd-"))
+
+
+def _etcd_args(stack: Stack, ports: Ports) -> list[str]:
+    url, peer_url = f"http://127.0.0.1:{ports['client']}", f"http://127.0.0.1:{ports['peer']}"
+    return [
+        "--name=raykueue", f"--data-dir={stack.etcd_data}",
+        f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
+        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=raykueue={peer_url}",
+        "--unsafe-no-fsync=true", "--log-level=warn",
+    ]
+
+
+def _etcd_ready(stack: Stack) -> tuple[bool, str]:
+    ok, body = http_ok(f"http://127.0.0.1:{stack.ports['etcd']}/health")
+    return ok and '"health":"true"' in body.replace(" ", ""), body
+
+
+def _apiserver_kubeconfig(stack: Stack, ports: Ports) -> None:
+    stack.write_kubeconfig(f"https://127.0.0.1:{ports['secure']}")
+
+
+def _apiserver_args(stack: Stack, ports: Ports) -> list[str]:
+    d = stack.pki_dir
+    return [
+        f"--etcd-servers=http://127.0.0.1:{stack.ports['etcd']}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={ports['secure']}",
+        f"--cert-dir={d}",
+        f"--tls-cert-file={d / 'apiserver.crt'}", f"--tls-private-key-file={d / 'apiserver.key'}",
+        f"--client-ca-file={stack.ca_file}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={d / 'sa.pub'}",
+        f"--service-account-signing-key-file={d / 'sa.key'}",
+        f"--service-cluster-ip-range={stack.config.service_cluster_ip_range}",
+        "--authorization-mode=RBAC",
+        "--allow-privileged=true",
+        # It taints every new Node not-ready until node-lifecycle-controller clears it;
+        # that controller would also evict pods when kwok's heartbeat is late.
+        "--disable-admission-plugins=TaintNodesByCondition",
+        # Only so that the other components find a requestheader CA (quiet logs);
+        # no front-proxy client certificate is ever issued.
+        f"--requestheader-client-ca-file={stack.ca_file}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def _apiserver_ready(stack: Stack) -> tuple[bool, str]:
+    status, body = stack.api.request("GET", "/readyz", timeout=3)
+    return status == 200, body.decode(errors="replace")
+
+
+# ---- controller-manager and scheduler ----------------------------------------------------
+
+def _kube_component_args(stack: Stack, name: str, port: int) -> list[str]:
+    cert_dir = stack.dir / name
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        f"--kubeconfig={stack.kubeconfig}",
+        f"--authentication-kubeconfig={stack.kubeconfig}",
+        f"--authorization-kubeconfig={stack.kubeconfig}",
+        "--bind-address=127.0.0.1", f"--secure-port={port}", f"--cert-dir={cert_dir}",
+        "--leader-elect=false",
+    ]
+
+
+def _controller_manager_args(stack: Stack, ports: Ports) -> list[str]:
+    return [
+        *_kube_component_args(stack, "kube-controller-manager", ports["secure"]),
+        "--controllers=garbage-collector-controller,namespace-controller,"
+        "serviceaccount-controller,root-ca-certificate-publisher-controller",
+        f"--root-ca-file={stack.ca_file}",
+        f"--service-account-private-key-file={stack.pki_dir / 'sa.key'}",
+        "--use-service-account-credentials=false",
+        "--v=1",
+    ]
+
+
+def _controller_manager_ready(stack: Stack) -> tuple[bool, str]:
+    ok, body = secure_healthz(stack.ports["kube-controller-manager"])
+    if not ok:
+        return ok, body
+    # The serviceaccount controller is what lets pods be created at all.
+    if stack.api.get_or_none("/api/v1/namespaces/default/serviceaccounts/default") is None:
+        return False, "ServiceAccount default/default not created yet"
+    return True, "ok"
+
+
+def _scheduler_args(stack: Stack, ports: Ports) -> list[str]:
+    return [*_kube_component_args(stack, "kube-scheduler", ports["secure"]), "--v=1"]
+
+
+# ---- kwok ------------------------------------------------------------------------------
+
+def _kwok_args(stack: Stack, ports: Ports) -> list[str]:
+    stages = []
+    for sub in ("node-fast", "node-heartbeat", "pod-fast"):
+        stages += sorted(str(p) for p in (stack.config.stage_dir / sub).glob("*.yaml"))
+    if not stages:
+        raise StackError(f"kwok: no stage files under {stack.config.stage_dir}; run controlplane/build.sh")
+    key, value = KWOK_NODE_ANNOTATION
+    return [
+        f"--kubeconfig={stack.kubeconfig}",
+        f"--config={','.join(stages)}",
+        f"--manage-nodes-with-annotation-selector={key}={value}",
+        f"--server-address=127.0.0.1:{ports['server']}",
+    ]
+
+
+def _kwok_ready(stack: Stack) -> tuple[bool, str]:
+    ok, body = http_ok(f"http://127.0.0.1:{stack.ports['kwok']}/healthz")
+    if not ok:
+        return ok, body
+    nodes = stack.api.get("/api/v1/nodes", query={"labelSelector": "type=kwok"})["items"]
+    ready = [n["metadata"]["name"] for n in nodes if condition(n, "Ready") == "True"]
+    want = stack.config.nodes.count
+    return len(ready) >= want, f"{len(ready)}/{want} kwok nodes Ready"
+
+
+# ---- Kueue -----------------------------------------------------------------------------
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def kueue_dir(config: StackConfig) -> Path:
+    return config.stack_dir.resolve() / "kueue"
+
+
+def kueue_config(config: StackConfig, health: int, webhook: int) -> dict:
+    """The Kueue manager's configuration, with `config.kueue_config` merged over it."""
+    cfg = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "manageJobsWithoutQueueName": False,
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": webhook,
+                    "certDir": str(kueue_dir(config) / "webhook-certs")},
+        # Only batch/job: Kueue's pod and ray.io integrations must stay off.
+        "integrations": {"frameworks": ["batch/job"]},
+        "featureGates": {"VisibilityOnDemand": False},
+    }
+    return _deep_merge(cfg, config.kueue_config)
+
+
+def _kueue_files(stack: Stack, ports: Ports) -> None:
+    kdir = kueue_dir(stack.config)
+    pki.self_signed(pki.Pair(kdir / "webhook-certs/tls.crt", kdir / "webhook-certs/tls.key"),
+                    "kueue-webhook")
+    metrics = pki.Pair(KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key")
+    if not (metrics.cert.exists() and metrics.key.exists()):
+        try:
+            pki.self_signed(metrics, "kueue-metrics")
+        except PermissionError as e:
+            raise StackError(
+                f"kueue: it insists on {KUEUE_METRICS_CERT_DIR}/tls.crt and tls.key "
+                f"(a hard-coded path) and devstack cannot write them ({e}); "
+                f"create any self-signed pair there"
+            ) from e
+    cfg = kueue_config(stack.config, ports["health"], ports["webhook"])
+    (kdir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def _kueue_args(stack: Stack, ports: Ports) -> list[str]:
+    return [f"--config={kueue_dir(stack.config) / 'config.yaml'}", f"--kubeconfig={stack.kubeconfig}"]
+
+
+def _kueue_ready(stack: Stack) -> tuple[bool, str]:
+    ports = stack.procs["kueue"].ports
+    ok, body = http_ok(f"http://127.0.0.1:{ports['health']}/readyz")
+    if not ok:
+        return ok, f"readyz: {body}"
+    if not tls_port_open(ports["webhook"]):
+        return False, "webhook port not listening"
+    name = stack.config.samples.cluster_queue
+    cq = stack.api.get_or_none(f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{name}")
+    if cq is None:
+        return True, "ok (no sample ClusterQueue)"
+    active = condition(cq, "Active")
+    return active == "True", f"ClusterQueue {name} Active={active}"
+
+
+# ---- KubeRay ---------------------------------------------------------------------------
+
+def _ray_operator_args(stack: Stack, ports: Ports) -> list[str]:
+    return [
+        "--enable-leader-election=false",
+        f"--metrics-addr=127.0.0.1:{ports['metrics']}",
+        f"--health-probe-bind-address=127.0.0.1:{ports['probe']}",
+        f"--kubeconfig={stack.kubeconfig}",
+        "--log-stdout-encoder=console",
+    ]
+
+
+def _ray_operator_ready(stack: Stack) -> tuple[bool, str]:
+    return http_ok(f"http://127.0.0.1:{stack.ports['ray-operator']}/readyz")
+
+
+# "objects" is not a process but a step of the plan (plan.STEPS): the CRDs and the
+# sample Kueue objects. Kueue and KubeRay watch those CRDs from their first second.
+COMPONENTS: dict[str, Component] = {c.name: c for c in (
+    Component("etcd", "api", "etcd", ("client", "peer"), _etcd_args, _etcd_ready,
+              prepare=_etcd_data, fatal=True, wait_after_restart=True),
+    Component("kube-apiserver", "api", "kube-apiserver", ("secure",), _apiserver_args,
+              _apiserver_ready, needs=("etcd",), prepare=_apiserver_kubeconfig, fatal=True,
+              wait_after_restart=True),
+    Component("kube-controller-manager", "api", "kube-controller-manager", ("secure",),
+              _controller_manager_args, _controller_manager_ready, needs=("kube-apiserver",)),
+    Component("kube-scheduler", "e2e", "kube-scheduler", ("secure",), _scheduler_args,
+              lambda s: secure_healthz(s.ports["kube-scheduler"]), needs=("kube-apiserver",)),
+    Component("kwok", "e2e", "kwok", ("server",), _kwok_args, _kwok_ready,
+              needs=("kube-apiserver",),
+              after_start=lambda s: apply_objects(s.api, node_objects(s.config))),
+    Component("kueue", "e2e", "kueue", ("health", "webhook"), _kueue_args, _kueue_ready,
+              needs=("objects",), prepare=_kueue_files, kubeconfig_env=True),
+    Component("ray-operator", "e2e", "ray-operator", ("probe", "metrics"), _ray_operator_args,
+              _ray_operator_ready, needs=("objects",), kubeconfig_env=True),
+)}
