@@ -25,6 +25,11 @@ from .plan import Log
 from .procs import Proc, StackError, free_ports
 
 
+def _main_ports(components: dict[str, Proc]) -> dict[str, int]:
+    return {n: p.ports[COMPONENTS[n].ports[0]] for n, p in components.items()
+            if n in COMPONENTS and COMPONENTS[n].ports[0] in p.ports}
+
+
 class Stack:
     """A handle on a stack directory. Build one with `up()` or `Stack.load()`."""
 
@@ -83,8 +88,7 @@ class Stack:
         self._write(replace(self.read(), **changes))
 
     def _write(self, st: state.State) -> None:
-        ports = {n: p.ports[COMPONENTS[n].ports[0]] for n, p in st.components.items()
-                 if n in COMPONENTS and COMPONENTS[n].ports[0] in p.ports}
+        ports = _main_ports(st.components)
         server = f"https://127.0.0.1:{ports['kube-apiserver']}" if "kube-apiserver" in ports else None
         state.write(self.state_file, st, {
             "stack_dir": str(self.dir), "server": server, "kubeconfig": str(self.kubeconfig),
@@ -97,8 +101,7 @@ class Stack:
     @property
     def ports(self) -> dict[str, int]:
         """Each component's main port (its first declared one)."""
-        return {n: p.ports[COMPONENTS[n].ports[0]] for n, p in self.procs.items()
-                if n in COMPONENTS and COMPONENTS[n].ports[0] in p.ports}
+        return _main_ports(self.procs)
 
     @property
     def tier(self) -> str | None:

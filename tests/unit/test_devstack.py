@@ -148,3 +148,30 @@ def test_restart_through_a_stale_stack_object_keeps_the_other_components(tmp_pat
         for pid in {proc.pid for proc in every}:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def test_plan_starts_what_is_needed_first_and_stops_in_reverse() -> None:
+    from devstack.components import COMPONENTS
+    from devstack.plan import STEPS, start_order, stop_order, waves
+
+    for tier in ("api", "e2e"):
+        seen: set[str] = set()
+        for wave in waves(tier):
+            for name in wave:
+                needs = (COMPONENTS.get(name) or STEPS[name]).needs
+                assert set(needs) <= seen, (name, needs)
+            seen.update(wave)
+    assert waves("api") == [["etcd"], ["kube-apiserver"], ["kube-controller-manager", "objects"]]
+    assert start_order("api") == components_for("api")
+    # Dependents stop before what they depend on; names no declaration knows go first.
+    assert stop_order([*components_for("e2e"), "stray"]) == [
+        "stray", "ray-operator", "kueue", "kwok", "kube-scheduler", "kube-controller-manager",
+        "kube-apiserver", "etcd"]
+
+
+def test_every_handle_reads_state_json_afresh(tmp_path) -> None:
+    config = StackConfig(stack_dir=tmp_path)
+    first, second = Stack(config), Stack(config)
+    first.record(tier="api", owner="session")
+    assert (second.tier, second.owner) == ("api", "session")
+    assert Stack.load(StackConfig(stack_dir=tmp_path / "none")) is None
