@@ -251,6 +251,6 @@ class Stack:
         st = self.read()
         if st.crds_digest == digest and st.crd_names:
             return st.crd_names
-        names = install_crds(self.api, files)
+        names = install_crds(self.api, files, self.config.ready_timeout)
         self.record(crds_digest=digest, crd_names=names)
         return names

@@ -34,8 +34,12 @@ def crds_digest(files: list[Path]) -> str:
     return digest.hexdigest()
 
 
-def install_crds(api: KubeApi, files: list[Path]) -> list[str]:
-    """Server-side apply every CRD file; returns the CRD names."""
+def install_crds(api: KubeApi, files: list[Path], timeout: float) -> list[str]:
+    """Server-side apply every CRD file; returns the CRD names.
+
+    `timeout` is per request: on a loaded machine a fresh API server can take
+    longer than KubeApi's default 30 s over the largest CRDs.
+    """
     # The files go to the API server as they are (apply-patch+yaml takes YAML):
     # parsing 5 MB of YAML here would cost more than the applies. Only the
     # head of each file (apiVersion, kind, metadata) is read, for the URL.
@@ -53,7 +57,7 @@ def install_crds(api: KubeApi, files: list[Path]) -> list[str]:
         meta, raw = item
         api.call("PATCH", object_path(meta), raw,
                  query={"fieldManager": "raykueue-devstack", "force": "true"},
-                 content_type="application/apply-patch+yaml")
+                 content_type="application/apply-patch+yaml", timeout=timeout)
         return meta["metadata"]["name"]
 
     with cf.ThreadPoolExecutor(max_workers=4) as pool:
