@@ -1,6 +1,6 @@
 """Root conftest: tier markers by folder, stack options, stack fixtures.
 
-Tiers are named for what they need: tests/unit -> `unit` (Python only, no process),
+Tiers are named for what they need: tests/unit -> `unit` (Python only, no server process),
 tests/serve -> `serve` (starts `raykueue serve` processes), tests/api -> `api`
 (a real kube-apiserver and etcd), tests/e2e -> `e2e` (the whole stack). Select
 with -m, e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse)
