@@ -275,9 +275,9 @@ def _ray_operator_ready(stack: Stack) -> tuple[bool, str]:
 
 # "objects" is not a process but a step of the plan (plan.STEPS): the CRDs and the
 # sample Kueue objects. Kueue and KubeRay watch those CRDs from their first second.
-# The scheduler and kwok do not need them, but starting them beside the CRD applies
-# slowed those on a loaded machine (e2e up in 112-149 s against 85-90 s), so they
-# wait for them too.
+# The scheduler and kwok do not need them; they start after them anyway, as they
+# always did: beside the CRD applies they did not start the stack any faster on a
+# loaded machine (docs/DEVSTACK.md), and the applies are the slow part.
 _AFTER_OBJECTS = ("kube-apiserver", "objects")
 COMPONENTS: dict[str, Component] = {c.name: c for c in (
     Component("etcd", "api", "etcd", ("client", "peer"), _etcd_args, _etcd_ready,
