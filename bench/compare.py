@@ -52,8 +52,7 @@ from bench.common import (  # noqa: E402
     start_raykueue,
     worker_pod,
 )
-from devstack.kueue_shipped import (  # noqa: E402
-    KUEUE_POD_GATE,
+from bench.kueue_pods import (  # noqa: E402
     register_kueue_pod_webhooks,
     unregister_kueue_pod_webhooks,
 )
@@ -65,7 +64,7 @@ from tests.waiting import wait_for  # noqa: E402
 from webhooks import contract as c  # noqa: E402
 
 SYSTEMS = ("none", "raykueue", "kueue")
-EXPECTED_GATE = {"none": None, "raykueue": c.GATE, "kueue": KUEUE_POD_GATE}
+EXPECTED_GATE = {"none": None, "raykueue": c.GATE, "kueue": c.KUEUE_POD_GATE}
 
 
 def create(rest: Rest, ns: str, system: str) -> tuple[str, float]:
@@ -265,7 +264,7 @@ def main() -> int:
     server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-bench-")), ns["raykueue"],
                             env=env)
     try:
-        wait_for(lambda: KUEUE_POD_GATE in dry_run_gates(stack, ns["kueue"], opt_in=False),
+        wait_for(lambda: c.KUEUE_POD_GATE in dry_run_gates(stack, ns["kueue"], opt_in=False),
                  timeout=60, message="the API server to call Kueue's pod webhook")
         assert not dry_run_gates(stack, ns["none"], opt_in=True), "no webhook in the plain namespace"
         print(f"stack {'started' if started else 'reused'} at {stack.dir} (Kueue {config.kueue_mode}); "

@@ -31,7 +31,7 @@ def _quota(text: str) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
     p.add_argument("--stack-dir", type=Path, help="default: $RAYKUEUE_STACK_DIR or ~/.cache/raykueue/stack")
     p.add_argument("--bin-dir", type=Path, help="default: $RAYKUEUE_BIN_DIR or ~/.cache/raykueue/bin")
@@ -52,31 +52,74 @@ def main(argv: list[str] | None = None) -> int:
     pw.add_argument("--ca", type=Path, default=Path("certs-local/ca.crt"),
                     help="CA that signed the server's certificate (its --cert-dir/ca.crt)")
     pw.add_argument("--remove", action="store_true", help="delete the registrations instead")
-    args = p.parse_args(argv)
+    return p
 
+
+def _up(args: argparse.Namespace, config: StackConfig) -> int:
+    if args.quota:
+        config.samples.quota = args.quota
+    if args.nodes is not None:
+        config.nodes.count = args.nodes
+    if args.node_capacity:
+        config.nodes.capacity.update(args.node_capacity)
+    if args.timeout:
+        config.ready_timeout = args.timeout
+    try:
+        stack, _ = up(args.tier, config)
+    except StackError as e:
+        print(f"devstack: {e}", file=sys.stderr)
+        return 1
+    print(f"export KUBECONFIG={shlex.quote(str(stack.kubeconfig))}")
+    print(NEXT_STEPS.format(kubeconfig=shlex.quote(str(stack.kubeconfig))), file=sys.stderr)
+    return 0
+
+
+def _status(args: argparse.Namespace, stack: Stack) -> int:
+    st = stack.status()
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        print(f"tier {st['tier']}  kueue {st['kueue_mode']}  server {st['server']}  "
+              f"ready={st['apiserver_ready']}")
+        print(f"kubeconfig {st['kubeconfig']}")
+        print(f"owner {st['owner']}  test sessions using it: {st['users'] or 'none'}")
+        for name, c in st["components"].items():
+            extra = f"pid {c['pid']} ports {c['ports']} log {c['log']}" if "pid" in c else ""
+            print(f"  {name:24} {c['state']:12} {extra}")
+    ok = st["apiserver_ready"] and all(c["state"] != "dead" for c in st["components"].values())
+    return 0 if ok else 1
+
+
+def _webhooks(args: argparse.Namespace, stack: Stack) -> int:
+    if args.remove:
+        unregister_webhooks(stack.kubeconfig)
+        print("devstack: webhooks removed", file=sys.stderr)
+    else:
+        register_webhooks(stack.kubeconfig, args.url, args.ca.read_bytes())
+        print(f"devstack: webhooks call {args.url} (CA {args.ca})", file=sys.stderr)
+    return 0
+
+
+def _env(args: argparse.Namespace, stack: Stack) -> int:
+    for k, v in stack.env().items():
+        print(f"export {k}={shlex.quote(v)}")
+    print(f"export PATH={shlex.quote(str(stack.config.bin_dir))}:\"$PATH\"")
+    return 0
+
+
+# Commands on a running stack (the others: up and down).
+_ON_STACK = {"status": _status, "webhooks": _webhooks, "env": _env}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     config = StackConfig()
     if args.stack_dir:
         config.stack_dir = args.stack_dir
     if args.bin_dir:
         config.bin_dir = args.bin_dir
-
     if args.cmd == "up":
-        if args.quota:
-            config.samples.quota = args.quota
-        if args.nodes is not None:
-            config.nodes.count = args.nodes
-        if args.node_capacity:
-            config.nodes.capacity.update(args.node_capacity)
-        if args.timeout:
-            config.ready_timeout = args.timeout
-        try:
-            stack, _ = up(args.tier, config)
-        except StackError as e:
-            print(f"devstack: {e}", file=sys.stderr)
-            return 1
-        print(f"export KUBECONFIG={shlex.quote(str(stack.kubeconfig))}")
-        print(NEXT_STEPS.format(kubeconfig=shlex.quote(str(stack.kubeconfig))), file=sys.stderr)
-        return 0
+        return _up(args, config)
     if args.cmd == "down":
         if not down(config, keep_logs=not args.purge_logs):
             print("devstack: no stack recorded in " + str(config.stack_dir), file=sys.stderr)
@@ -85,35 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if stack is None:
         print(f"devstack: no stack in {config.stack_dir}", file=sys.stderr)
         return 1
-    if args.cmd == "status":
-        st = stack.status()
-        if args.json:
-            print(json.dumps(st, indent=2))
-        else:
-            print(f"tier {st['tier']}  kueue {st['kueue_mode']}  server {st['server']}  "
-                  f"ready={st['apiserver_ready']}")
-            print(f"kubeconfig {st['kubeconfig']}")
-            print(f"owner {st['owner']}  test sessions using it: {st['users'] or 'none'}")
-            for name, c in st["components"].items():
-                extra = f"pid {c['pid']} ports {c['ports']} log {c['log']}" if "pid" in c else ""
-                print(f"  {name:24} {c['state']:12} {extra}")
-        ok = st["apiserver_ready"] and all(
-            c["state"] != "dead" for c in st["components"].values())
-        return 0 if ok else 1
-    if args.cmd == "webhooks":
-        if args.remove:
-            unregister_webhooks(stack.kubeconfig)
-            print("devstack: webhooks removed", file=sys.stderr)
-        else:
-            register_webhooks(stack.kubeconfig, args.url, args.ca.read_bytes())
-            print(f"devstack: webhooks call {args.url} (CA {args.ca})", file=sys.stderr)
-        return 0
-    if args.cmd == "env":
-        for k, v in stack.env().items():
-            print(f"export {k}={shlex.quote(v)}")
-        print(f"export PATH={shlex.quote(str(stack.config.bin_dir))}:\"$PATH\"")
-        return 0
-    return 2
+    return _ON_STACK[args.cmd](args, stack)
 
 
 if __name__ == "__main__":

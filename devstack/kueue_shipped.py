@@ -22,7 +22,6 @@ The functions that build objects are pure; `register`, `registered` and
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import os
@@ -38,11 +37,11 @@ import yaml
 
 from . import pki
 from .config import KUEUE_MODES, REPO_ROOT
-from .kubeapi import KubeError, object_path
+from .kubeapi import object_path
 from .webhooks import by_url
 
 if TYPE_CHECKING:
-    from .stack import Stack
+    from .handle import Stack
 
 MINIMAL, SHIPPED = KUEUE_MODES
 
@@ -68,8 +67,6 @@ FRONT_PROXY_CA = "front-proxy-ca"
 FRONT_PROXY_CLIENT = "front-proxy-client"
 
 # Kueue's pod webhooks, the only ones the benchmarks register (beside raykueue's).
-POD_WEBHOOKS = ("mpod.kb.io", "vpod.kb.io")
-KUEUE_POD_GATE = "kueue.x-k8s.io/admission"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
@@ -208,16 +205,6 @@ def kueue_configuration(base: dict, namespace: str, listen: Listeners,
     return deep_merge(cfg, overlay or {})
 
 
-def kueue_pod_integration(namespace_selector: dict) -> dict:
-    """A `StackConfig.kueue_config` overlay turning Kueue's `pod` integration on.
-
-    Kueue only manages pods in namespaces matching `namespace_selector`
-    (its managedJobsNamespaceSelector), so raykueue's namespaces stay its own.
-    """
-    return {"integrations": {"frameworks": ["batch/job", "pod"]},
-            "managedJobsNamespaceSelector": copy.deepcopy(namespace_selector)}
-
-
 # ---- Kueue's webhook configurations ------------------------------------------------------
 
 _WEBHOOK_FIELD = re.compile(r"^webhooks\.\[name=([^\]]+)\]\.([A-Za-z]+)$")
@@ -297,14 +284,6 @@ def kueue_webhook_configurations(shipped: list[dict], url_base: str, ca_bundle_p
     return by_url(configs, url_base, ca_bundle_pem)
 
 
-def kueue_pod_webhook_configurations(url_base: str, ca_bundle_pem: bytes,
-                                     namespace_selector: dict) -> list[dict]:
-    """Kueue's pod mutating and validating webhooks only, for matching namespaces."""
-    return kueue_webhook_configurations(shipped_module().webhook_configurations(), url_base,
-                                        ca_bundle_pem, only=POD_WEBHOOKS,
-                                        namespace_selector=namespace_selector)
-
-
 # ---- the aggregation layer -----------------------------------------------------------------
 
 def ensure_aggregation_pki(pki_dir: Path) -> tuple[pki.Pair, pki.Pair]:
@@ -358,7 +337,7 @@ def webhook_ca(stack: Stack) -> Path:
     return stack.dir / "kueue" / "webhook-certs" / "tls-ca.crt"
 
 
-def _kueue_url(stack: Stack) -> str:
+def kueue_url(stack: Stack) -> str:
     return f"https://127.0.0.1:{stack.procs['kueue'].ports['webhook']}"
 
 
@@ -373,7 +352,7 @@ def manager_config_map(config_text: str, namespace: str) -> dict:
 def shipped_objects(stack: Stack, module: KueueModule) -> list[dict]:
     """Everything `register` applies: both webhook configurations, the Service, the APIService,
     and the ConfigMap holding the Configuration Kueue runs with."""
-    hooks = kueue_webhook_configurations(module.webhook_configurations(), _kueue_url(stack),
+    hooks = kueue_webhook_configurations(module.webhook_configurations(), kueue_url(stack),
                                          webhook_ca(stack).read_bytes())
     vis = visibility_objects(module.doc(VISIBILITY_APISERVICE), module.doc(VISIBILITY_SERVICE),
                              module.namespace, stack.procs["kueue"].ports["visibility"])
@@ -418,17 +397,3 @@ def probe_job() -> dict:
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
             {"name": "probe", "image": "busybox", "resources": {"requests": {"cpu": "1m"}}}]}}},
     }
-
-
-def register_kueue_pod_webhooks(stack: Stack, namespace_selector: dict) -> list[dict]:
-    """Point the API server at the stack's Kueue manager for pods in matching namespaces."""
-    objs = kueue_pod_webhook_configurations(_kueue_url(stack), webhook_ca(stack).read_bytes(),
-                                            namespace_selector)
-    return [stack.api.apply(object_path(o), o) for o in objs]
-
-
-def unregister_kueue_pod_webhooks(stack: Stack) -> None:
-    for o in kueue_pod_webhook_configurations("https://unused", b"", {}):
-        with contextlib.suppress(KubeError):
-            stack.api.delete(object_path(o))
-

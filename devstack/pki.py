@@ -158,3 +158,16 @@ def self_signed(out: Pair, common_name: str, dns_names=("localhost",), ips=("127
     ca = ensure_ca(out.cert.parent, name=out.cert.stem + "-ca", common_name=common_name + "-ca")
     return issue(ca, out, common_name=common_name, dns_names=tuple(dns_names),
                  ip_addresses=tuple(ips), server=True)
+
+
+def ensure_stack_pki(d: Path, admin: Pair) -> None:
+    """The stack's CA, the API server's serving pair, the admin client pair and the
+    service-account signing key; each made once, kept while its files exist."""
+    ca = ensure_ca(d)
+    issue(ca, Pair(d / "apiserver.crt", d / "apiserver.key"),
+          common_name="kube-apiserver",
+          dns_names=("localhost", "kubernetes", "kubernetes.default",
+                     "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
+          ip_addresses=("127.0.0.1", "10.96.0.1"), server=True)
+    issue(ca, admin, common_name="raykueue-admin", organizations=("system:masters",), client=True)
+    ensure_rsa_key(d / "sa.key", d / "sa.pub")

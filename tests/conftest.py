@@ -1,12 +1,17 @@
 """Root conftest: tier markers by folder, stack options, stack fixtures.
 
-tests/unit -> `unit`, tests/api -> `api`, tests/e2e -> `e2e`. Select with -m,
-e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse) the
-local control plane from devstack; build it first with controlplane/build.sh.
+Tiers are named for what they need: tests/unit -> `unit` (Python only, no server process),
+tests/serve -> `serve` (starts `raykueue serve` processes), tests/api -> `api`
+(a real kube-apiserver and etcd), tests/e2e -> `e2e` (the whole stack). Select
+with -m, e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse)
+the local control plane from devstack; with --build-controlplane (scripts/test
+passes it) controlplane/build.sh runs first, and only when a selected test needs
+the stack, so `-m unit` never needs Go.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +34,8 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 )
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "api", "e2e")
+TIERS = ("unit", "serve", "api", "e2e")
+REPO_ROOT = TESTS.parent
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,6 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kueue", choices=KUEUE_MODES, default=None,
                     help="which Kueue the stack runs (default $RAYKUEUE_KUEUE or shipped); "
                          "see devstack/kueue_shipped.py")
+    group.addoption("--build-controlplane", action="store_true", default=False,
+                    help="run controlplane/build.sh first when a selected test needs the stack")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,6 +81,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if rel.parts and rel.parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, rel.parts[0]))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if not config.getoption("--build-controlplane") or config.getoption("collectonly"):
+        return
+    # "stack_owner" is behind every stack fixture (api_stack, e2e_stack, kubectl, ...).
+    if not any("stack_owner" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # a cold build takes minutes: show it
+        code = subprocess.run(["bash", str(REPO_ROOT / "controlplane" / "build.sh")]).returncode
+    if code != 0:
+        pytest.exit(f"controlplane/build.sh exited {code}; the selected tests need the stack "
+                    f"(select `-m unit` or `-m serve` to run without it)", returncode=code)
 
 
 @pytest.hookimpl(wrapper=True)

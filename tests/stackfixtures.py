@@ -35,7 +35,7 @@ import pytest
 
 import devstack
 from devstack.kueue_shipped import SHIPPED
-from devstack.stack import tail
+from devstack.procs import tail
 from webhooks.contract import (
     GATE,
     NODE_TYPE_LABEL,
@@ -85,7 +85,8 @@ class StackOwner:
 
     def finish(self) -> None:
         """Stop the stack if a session started it and no other live session uses it."""
-        if self.stack is not None and not self.keep:
+        # A failed start may have left processes that this session owns.
+        if (self.stack is not None or self.failed) and not self.keep:
             self.stopped = devstack.release(self.config, os.getpid(), keep_logs=True)
 
 

@@ -9,6 +9,8 @@ import shutil
 import signal
 
 from devstack import StackConfig, webhook_configurations
+from devstack.components import kueue_config
+from devstack.objects import base_objects, node_objects
 from devstack.stack import Stack, components_for, free_ports, restart_component
 from devstack.webhooks import shipped_webhook_configurations
 from webhooks import contract
@@ -52,9 +54,9 @@ def test_webhook_configuration_overrides():
 
 
 def test_kueue_config_keeps_pod_and_ray_integrations_off(tmp_path):
-    stack = Stack(StackConfig(stack_dir=tmp_path, kueue_mode="minimal", kueue_config={"waitForPodsReady": {
-        "timeout": "5m"}}))
-    cfg = stack._kueue_config(health=1234, webhook=5678)
+    config = StackConfig(stack_dir=tmp_path, kueue_mode="minimal", kueue_config={"waitForPodsReady": {
+        "timeout": "5m"}})
+    cfg = kueue_config(config, health=1234, webhook=5678)
     assert cfg["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
     assert cfg["integrations"]["frameworks"] == ["batch/job"]
     assert cfg["featureGates"]["VisibilityOnDemand"] is False
@@ -70,9 +72,8 @@ def test_sample_objects_are_parameterized(tmp_path):
     config = StackConfig(stack_dir=tmp_path)
     config.samples.quota = {"cpu": "3"}
     config.nodes.count = 3
-    stack = Stack(config)
     by_kind = {}
-    for o in stack.base_objects():
+    for o in base_objects(config):
         by_kind.setdefault(o["kind"], []).append(o)
     (cq,) = by_kind["ClusterQueue"]
     assert cq["spec"]["namespaceSelector"] == {}
@@ -80,7 +81,7 @@ def test_sample_objects_are_parameterized(tmp_path):
         {"name": "cpu", "nominalQuota": "3"}]
     assert {w["metadata"]["name"]: w["value"] for w in by_kind["WorkloadPriorityClass"]} == {
         "ray-head": 1000, "ray-worker": 100}
-    nodes = stack.node_objects()
+    nodes = node_objects(config)
     assert len(nodes) == 3
     assert all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)
     assert all("nvidia.com/gpu" in n["status"]["allocatable"] for n in nodes)
@@ -94,19 +95,20 @@ def test_tiers_and_ports():
 
 
 def test_kueue_pod_integration_overlay_turns_pod_on_only_in_selected_namespaces(tmp_path):
-    from devstack.kueue_shipped import kueue_pod_integration
+    from bench.kueue_pods import kueue_pod_integration
 
     selector = {"matchLabels": {"bench.raykueue.io/system": "kueue"}}
-    stack = Stack(StackConfig(stack_dir=tmp_path, kueue_config=kueue_pod_integration(selector)))
-    cfg = stack._kueue_config(health=1, webhook=2)
+    cfg = kueue_config(StackConfig(stack_dir=tmp_path, kueue_mode="minimal",
+                                   kueue_config=kueue_pod_integration(selector)), health=1, webhook=2)
     assert cfg["integrations"]["frameworks"] == ["batch/job", "pod"]
     assert cfg["managedJobsNamespaceSelector"] == selector
-    # the default stays pod-free
-    assert "managedJobsNamespaceSelector" not in Stack(StackConfig(stack_dir=tmp_path))._kueue_config(1, 2)
+    # minimal without the overlay stays pod-free
+    assert "managedJobsNamespaceSelector" not in kueue_config(
+        StackConfig(stack_dir=tmp_path, kueue_mode="minimal"), 1, 2)
 
 
 def test_kueue_pod_webhooks_match_what_kueue_ships():
-    from devstack.kueue_shipped import kueue_pod_webhook_configurations
+    from bench.kueue_pods import kueue_pod_webhook_configurations
 
     selector = {"matchLabels": {"team": "x"}}
     mutating, validating = kueue_pod_webhook_configurations("https://127.0.0.1:7000/", b"CA", selector)
@@ -133,10 +135,10 @@ def test_restart_through_a_stale_stack_object_keeps_the_other_components(tmp_pat
     config = StackConfig(stack_dir=tmp_path / "stack", bin_dir=tmp_path / "bin")
     config.stack_dir.mkdir()
     full = Stack(config)
-    full._spawn("kube-scheduler", [sleep, "300"], {})
+    full.spawn("kube-scheduler", [sleep, "300"], {})
     stale = Stack.load(config)
     assert stale is not None and set(stale.procs) == {"kube-scheduler"}
-    full._spawn("kwok", [sleep, "301"], {})  # added after `stale` was read
+    full.spawn("kwok", [sleep, "301"], {})  # added after `stale` was read
     old_pid = full.procs["kube-scheduler"].pid
     try:
         restart_component(stale, "kube-scheduler", grace=5)
@@ -152,3 +154,31 @@ def test_restart_through_a_stale_stack_object_keeps_the_other_components(tmp_pat
         for pid in {proc.pid for proc in every}:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def test_plan_starts_what_is_needed_first_and_stops_in_reverse() -> None:
+    from devstack.components import COMPONENTS
+    from devstack.plan import STEPS, start_order, stop_order, waves
+
+    for tier in ("api", "e2e"):
+        seen: set[str] = set()
+        for wave in waves(tier):
+            for name in wave:
+                needs = (COMPONENTS.get(name) or STEPS[name]).needs
+                assert set(needs) <= seen, (name, needs)
+            seen.update(wave)
+    assert waves("api") == [["etcd"], ["kube-apiserver"], ["kube-controller-manager", "objects"]]
+    assert waves("e2e")[-1] == ["kube-scheduler", "kwok", "kueue", "ray-operator"]
+    assert start_order("api") == components_for("api")
+    # Dependents stop before what they depend on; names no declaration knows go first.
+    assert stop_order([*components_for("e2e"), "stray"]) == [
+        "stray", "ray-operator", "kueue", "kwok", "kube-scheduler", "kube-controller-manager",
+        "kube-apiserver", "etcd"]
+
+
+def test_every_handle_reads_state_json_afresh(tmp_path) -> None:
+    config = StackConfig(stack_dir=tmp_path)
+    first, second = Stack(config), Stack(config)
+    first.record(tier="api", owner="session")
+    assert (second.tier, second.owner) == ("api", "session")
+    assert Stack.load(StackConfig(stack_dir=tmp_path / "none")) is None

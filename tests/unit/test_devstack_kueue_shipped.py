@@ -16,9 +16,12 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from bench.kueue_pods import kueue_pod_webhook_configurations
 from devstack import kueue_shipped as ks
+from devstack.components import kueue_config
 from devstack.config import KUEUE_MODE_ENV, StackConfig
-from devstack.stack import KUEUE_NAMESPACE, Stack, StackError, _other_mode
+from devstack.objects import KUEUE_NAMESPACE
+from devstack.stack import Stack, StackError, _other_mode
 from webhooks import contract
 
 NOT_SYSTEM = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
@@ -164,8 +167,8 @@ def test_shipped_webhooks_cover_every_job_and_pod_webhook_of_the_module() -> Non
 
 
 def test_pod_webhooks_for_the_benchmarks_are_the_shipped_pod_webhooks() -> None:
-    mutating, validating = ks.kueue_pod_webhook_configurations("https://k", b"CA",
-                                                               {"matchLabels": {"a": "b"}})
+    mutating, validating = kueue_pod_webhook_configurations("https://k", b"CA",
+                                                            {"matchLabels": {"a": "b"}})
     shipped = {h["name"]: h for c in ks.shipped_module().webhook_configurations()
                for h in c["webhooks"]}
     for config in (mutating, validating):
@@ -211,8 +214,8 @@ def test_minimal_configuration_and_the_overlay() -> None:
 
 
 def test_stack_picks_the_configuration_of_its_mode(tmp_path: Path) -> None:
-    shipped = Stack(StackConfig(stack_dir=tmp_path, kueue_mode="shipped"))._kueue_config(1, 2, 3)
-    minimal = Stack(StackConfig(stack_dir=tmp_path, kueue_mode="minimal"))._kueue_config(1, 2, 3)
+    shipped = kueue_config(StackConfig(stack_dir=tmp_path, kueue_mode="shipped"), 1, 2, 3)
+    minimal = kueue_config(StackConfig(stack_dir=tmp_path, kueue_mode="minimal"), 1, 2, 3)
     assert "ray.io/raycluster" in shipped["integrations"]["frameworks"]
     assert shipped["visibilityServer"]["bindPort"] == 3
     assert minimal["integrations"]["frameworks"] == ["batch/job"]
@@ -266,7 +269,7 @@ def test_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_mode_is_recorded_in_the_state(tmp_path: Path) -> None:
-    Stack(StackConfig(stack_dir=tmp_path, kueue_mode="shipped")).save()
+    Stack(StackConfig(stack_dir=tmp_path, kueue_mode="shipped")).record()
     loaded = Stack.load(StackConfig(stack_dir=tmp_path, kueue_mode="minimal"))
     assert loaded is not None and loaded.kueue_mode == "shipped"
     state = json.loads((tmp_path / "state.json").read_text())
@@ -279,10 +282,10 @@ def test_mode_is_recorded_in_the_state(tmp_path: Path) -> None:
 def test_a_stack_of_the_other_mode_goes_only_when_no_one_else_uses_it(tmp_path: Path) -> None:
     stack = Stack(StackConfig(stack_dir=tmp_path, kueue_mode="minimal"))
     logged: list[str] = []
-    stack.owner = "manual"
+    stack.record(owner="manual")
     with pytest.raises(StackError, match="started by hand"):
         _other_mode(stack, "shipped", None, logged.append)
-    stack.owner = "session"
+    stack.record(owner="session")
     users = tmp_path / "users"
     users.mkdir()
     (users / str(os.getppid())).touch()  # a live process: another session
