@@ -53,9 +53,9 @@ def shipped() -> dict[str, dict[str, Any]]:
 
 def ours_left(api) -> list[str]:
     return [item["metadata"]["name"]
-            for plural, _ in CONFIGS
+            for plural in sorted({plural for plural, _ in CONFIGS})
             for item in api.get(config_path(plural))["items"]
-            if item["metadata"]["name"].startswith("zz-raykueue")]
+            if item["metadata"]["name"] in {n for _, n in CONFIGS}]
 
 
 def wait_namespace_gone(api, name: str) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from webhooks import contract as c
+
 ROOT = Path(__file__).resolve().parents[2]
 RENAMED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
            "ValidatingWebhookConfiguration"}
@@ -56,7 +58,8 @@ def test_base_is_accepted(kubectl, new_namespace) -> None:
     kinds = {o["kind"] for o in applied}
     assert {"Deployment", "Service", "PodDisruptionBudget", "Role", "ClusterRole",
             "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
-    hook = next(o for o in applied if o["kind"] == "MutatingWebhookConfiguration")["webhooks"][0]
+    hook = next(o for o in applied if o["kind"] == "MutatingWebhookConfiguration"
+                and o["metadata"]["name"].startswith(c.MUTATING_WEBHOOK_CONFIG))["webhooks"][0]
     assert hook["reinvocationPolicy"] == "IfNeeded" and hook["matchPolicy"] == "Equivalent"
     # The server compiled and kept the CEL conditions.
     assert [m["name"] for m in hook["matchConditions"]] == ["opt-in-possible"]

@@ -143,7 +143,8 @@ def test_raykueue_server_fixture_registers_webhooks(raykueue_server, api_stack):
     reg = "/apis/admissionregistration.k8s.io/v1"
     mwc = api_stack.api.get(f"{reg}/mutatingwebhookconfigurations/{MUTATING_WEBHOOK_CONFIG}")
     vwc = api_stack.api.get(f"{reg}/validatingwebhookconfigurations/{VALIDATING_WEBHOOK_CONFIG}")
-    (m,), (v,) = mwc["webhooks"], vwc["webhooks"]
+    # The pod webhook comes first in its configuration (the Ray-object one follows).
+    m, (v,) = mwc["webhooks"][0], vwc["webhooks"]
     assert m["clientConfig"]["url"] == raykueue_server.url + MUTATE_PATH
     assert v["clientConfig"]["url"] == raykueue_server.url + VALIDATE_PATH
     assert base64.b64decode(m["clientConfig"]["caBundle"]) == raykueue_server.ca_pem
