@@ -171,11 +171,16 @@ def run_controller(as_controller: CountingRest, ns: str) -> Iterator[Callable[..
 def ray_pod(ns: str, scope: dict[str, str], role: str, name: str, *,
             cluster: str = "rc", node_selector: dict[str, str] | None = None,
             hold: bool = False) -> dict[str, Any]:
-    """A KubeRay pod (from the captured review) as raykueue's webhook stores it."""
+    """A KubeRay pod (from the captured review) as raykueue's webhook stores it.
+
+    Opted in on the pod itself, so that where Kueue as shipped takes it on the way
+    in (the e2e stack), raykueue's webhook takes it back (tests/e2e register it).
+    """
     pod = rv.creatable_pod(role)
     meta = pod["metadata"]
     meta.pop("generateName", None)
     meta.update(name=name, namespace=ns)
+    meta.setdefault("annotations", {})[c.STANDALONE_ANNOTATION] = "true"
     meta["labels"].update({
         c.CLUSTER_LABEL: cluster, c.NODE_TYPE_LABEL: role, c.QUEUE_LABEL: LOCAL_QUEUE,
         c.PRIORITY_CLASS_LABEL: scope[role], c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE})

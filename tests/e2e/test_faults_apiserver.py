@@ -18,6 +18,8 @@ import collections
 import threading
 from typing import Any
 
+import pytest
+
 from controller import workload as w
 from devstack.stack import restart_component
 from kube.rest import ApiError, Rest
@@ -35,6 +37,7 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     scope,
     workload_of,
 )
+from tests.e2e.test_controller_e2e import webhooks  # noqa: F401 - fixture
 from tests.reviews import gates
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
@@ -157,3 +160,9 @@ def test_watches_resume_after_an_apiserver_restart(
     assert all(n <= 10 for n in rewatches.values()), rewatches
     assert running.controller.synced
     assert api_stack.apiserver_ready()  # left as found: the same server on the same port
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pods_pass_raykueues_webhook(webhooks) -> None:  # noqa: F811
+    """The pods here are made as raykueue's webhook stores them; with Kueue as shipped,
+    Kueue's pod webhook takes them on the way in, and only raykueue's takes them back."""

@@ -16,6 +16,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from app.settings import Settings
 from controller import workload as w
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
@@ -26,6 +28,7 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     scope,
     workload_of,
 )
+from tests.e2e.test_controller_e2e import webhooks  # noqa: F401 - fixture
 from tests.stackfixtures import (  # noqa: F401 - fixture
     RaykueueServer,
     controller_detail,
@@ -85,3 +88,9 @@ def test_leader_killed_the_other_replica_takes_over_within_the_lease(
     finally:
         for replica in replicas:
             replica.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pods_pass_raykueues_webhook(webhooks) -> None:  # noqa: F811
+    """The pods here are made as raykueue's webhook stores them; with Kueue as shipped,
+    Kueue's pod webhook takes them on the way in, and only raykueue's takes them back."""

@@ -71,7 +71,11 @@ def test_raycluster_pods_from_kuberay_arrive_gated(server, new_namespace, kubect
 
 def test_raycluster_without_annotation_runs_untouched(server, new_namespace, kubectl) -> None:  # noqa: F811
     ns = new_namespace("e2e")
-    kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(raycluster("plain", 1, {})), check=True)
+    plain = raycluster("plain", 1, {})
+    # No queue either: with one, Kueue as shipped admits the cluster whole, which
+    # tests/e2e/test_kueue_shipped.py covers; here nobody holds it back.
+    del plain["metadata"]["labels"][c.QUEUE_LABEL]
+    kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(plain), check=True)
 
     def running() -> list[dict[str, Any]] | None:
         pods = pods_of(kubectl, ns, "plain")
