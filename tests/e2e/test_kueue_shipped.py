@@ -144,7 +144,7 @@ def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue)
             "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": _cluster_spec(2),
                      "shutdownAfterJobFinishes": True}})
         job = admin.get(RAYJOBS.path(ns, "job"))
-        assert not job["spec"].get("suspend") and c.QUEUE_LABEL not in job["metadata"]["labels"]
+        assert not job["spec"].get("suspend") and c.QUEUE_LABEL not in (job["metadata"].get("labels") or {})
         cluster = _owned_cluster(admin, ns, "RayJob", "job")
         raykueue_runs_it(admin, ns, cluster, 2, 0, "team-a")
         no_kueue_workload_for(admin, ns, "RayJob", "job")
@@ -179,7 +179,9 @@ def test_objects_not_opted_in_stay_kueues_exactly_as_before(admin, controller, q
         admin.create(RAYJOBS.path(ns), {
             "apiVersion": "ray.io/v1", "kind": "RayJob",
             "metadata": {"name": "their-job", "labels": {c.QUEUE_LABEL: "team-a"}},
-            "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": _cluster_spec(1)}})
+            # Kueue's validating webhook requires this of the RayJobs it manages.
+            "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": _cluster_spec(1),
+                     "shutdownAfterJobFinishes": True}})
         admin.create(JOBS.path(ns), {
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "plain", "labels": {c.QUEUE_LABEL: "team-a"}},
