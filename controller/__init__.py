@@ -1,6 +1,8 @@
 """The Workload lifecycle: one Kueue Workload per gated Ray pod.
 
-`workload` builds Workloads and reads their state, `decide` maps what the
-caches hold for one pod to actions, `loop` applies those actions through
-`kube/`, `explain` tells a user why a pod is still gated.
+Three parts (docs/CONTROLLER.md): the `state` the controller keeps between
+passes; `decide`, pure, on the facts a `reads.Reader` gathers; and the applier,
+`apply.HANDLERS`, one handler (`handlers`) per action type (`actions`). `loop`
+wires them to the caches and the work queue; `explain` tells a user why a pod
+is still gated.
 """

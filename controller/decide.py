@@ -1,133 +1,55 @@
-"""What to do for one pod, given what the caches hold: no I/O.
+"""What to do for one pod, given every fact about it: no I/O.
 
 `decide(pod, workloads, ctx)` looks at a pod (None once it is gone), every
-Workload that names it (or a pod of the same name) as owner, and what the
-caller resolved from its caches, and returns the actions to apply, in order.
-Applying them and then deciding again on the new state yields nothing new:
-every rule is a test of the current state, never of a remembered event, which
-is what makes a restarted or newly elected controller safe.
+Workload that names it (or a pod of the same name) as owner, and the facts the
+`controller.reads.Reader` gathered (`Context`), and returns the actions
+(`controller.actions`) to apply, in order. Applying them and then deciding
+again on the new state yields nothing new: every rule is a test of the current
+state, never of a remembered event, which is what makes a restarted or newly
+elected controller safe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
 
+from controller import placement
 from controller import pods as p
 from controller import workload as w
+from controller.actions import (
+    CONFLICT_FORGED_WORKLOAD,
+    CONFLICT_KUEUE_POD,
+    CONFLICT_KUEUE_WORKLOAD,
+    FINISHED_DUPLICATE,
+    FINISHED_EVICTED,
+    FINISHED_FAILED,
+    FINISHED_OWNER_NOT_FOUND,
+    FINISHED_POD_DELETED,
+    FINISHED_SUCCEEDED,
+    WARN_FINISHED_WHILE_GATED,
+    WARN_LABEL_REMOVED,
+    WARN_NO_QUEUE,
+    WARN_PRIORITY_CLASS,
+    WARN_UNGATED_NOT_ADMITTED,
+    Action,
+    CreateWorkload,
+    DeleteWorkload,
+    EvictPod,
+    FinishWorkload,
+    ReportConflict,
+    SetPodsReady,
+    Wait,
+    Warn,
+)
 from webhooks import contract as c
 from webhooks.objects import Obj, labels, metadata
-
-# --- actions ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CreateWorkload:
-    body: Mapping[str, Any]
-    role: str
-
-
-@dataclass(frozen=True, slots=True)
-class LiftGate:
-    """One pod patch: remove the gate, add the flavors' placement."""
-
-    workload: str
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    flavors: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SetPodsReady:
-    workload: str
-    ready: bool
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class FinishWorkload:
-    workload: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteWorkload:
-    """The pod is being deleted: delete its Workload, freeing the quota at once.
-
-    One write, where marking it Finished would be two: ours, and the garbage
-    collector's delete once the pod is gone. Kueue drops a deleted Workload
-    from its cache on the delete event. `uid` makes the delete conditional.
-    """
-
-    workload: str
-    uid: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class EvictPod:
-    """Condition on the pod, event, delete; a FinishWorkload follows."""
-
-    workload: str
-    reason: str
-    message: str
-    head: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ReportConflict:
-    """Someone else claims this pod, or its placement; we keep our hands off."""
-
-    kind: str
-    message: str
-    workload: str | None = None  # also reported on this Workload
-
-
-@dataclass(frozen=True, slots=True)
-class Warn:
-    """Something the user must fix before the pod can progress (event once)."""
-
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Nothing to write; says what the pod waits for (logs, explain)."""
-
-    reason: str
-
-
-Action = (CreateWorkload | LiftGate | SetPodsReady | FinishWorkload | DeleteWorkload | EvictPod
-          | ReportConflict | Warn | Wait)
-
-# Conflict kinds (metric label, event reason).
-CONFLICT_KUEUE_POD: Final = "KueueManagesPod"
-CONFLICT_KUEUE_WORKLOAD: Final = "KueueWorkload"
-CONFLICT_NODE_SELECTOR: Final = "NodeSelectorConflict"
-CONFLICT_FORGED_WORKLOAD: Final = "WorkloadMismatch"
-
-# Finished reasons. Kueue's own: Succeeded, Failed, OwnerNotFound.
-FINISHED_SUCCEEDED: Final = "Succeeded"
-FINISHED_FAILED: Final = "Failed"
-FINISHED_POD_DELETED: Final = "PodDeleted"
-FINISHED_EVICTED: Final = "Evicted"
-FINISHED_OWNER_NOT_FOUND: Final = "OwnerNotFound"
-FINISHED_DUPLICATE: Final = "Duplicate"
-
-WARN_PRIORITY_CLASS: Final = "PriorityClassNotFound"
-WARN_NO_QUEUE: Final = "NoQueue"
-WARN_FINISHED_WHILE_GATED: Final = "WorkloadFinished"
-WARN_UNGATED_NOT_ADMITTED: Final = "RunningWithoutAdmission"
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What the loop resolved from its caches for this pod."""
+    """Every fact about the pod besides itself and its Workloads, as the
+    `Reader` gathered them."""
 
     version: str = w.V1BETA2
     head_first: bool = True
@@ -137,6 +59,12 @@ class Context:
     head_admitted: bool = False
     flavors: Mapping[str, Obj] = field(default_factory=dict)
     priority_values: Mapping[str, int] = field(default_factory=dict)
+    # Only while the pod is missing from the cache: its last state, if the
+    # watch told us how it went ...
+    departed: Obj | None = None
+    # ... and, when that does not explain it (`needs_live_pod`), the uid of
+    # the pod of that name the API server still has (None: none).
+    live_pod_uid: str | None = None
 
 
 # --- the decision ---------------------------------------------------------------
@@ -153,8 +81,7 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
         elif w.is_ours(wl):
             # Ours, but for a pod that no longer exists (a namesake may): the
             # pod vanished while we were down, or before we finished it.
-            actions += _finish(wl, FINISHED_OWNER_NOT_FOUND,
-                               f"pod {_owner_name(wl)} ({w.pod_uid_of(wl)}) no longer exists")
+            actions += _vanished(wl, ctx) if pod is None else _owner_gone(wl)
     if pod is None:
         return actions
 
@@ -162,20 +89,20 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
     if claim is not None:
         return [*actions, ReportConflict(
             CONFLICT_KUEUE_POD,
-            f"pod {_name(pod)} {claim}: Kueue's pod integration manages it, so raykueue "
+            f"pod {p.name(pod)} {claim}: Kueue's pod integration manages it, so raykueue "
             "leaves it alone; disable one of the two for this pod")]
     if foreign:
-        names = ", ".join(sorted(_name(x) for x in foreign))
+        names = ", ".join(sorted(p.name(x) for x in foreign))
         return [*actions, ReportConflict(
             CONFLICT_KUEUE_WORKLOAD,
-            f"pod {_name(pod)} is owned by Workload {names} not created by raykueue "
+            f"pod {p.name(pod)} is owned by Workload {names} not created by raykueue "
             f"(no {c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE} label); its quota would be "
             "counted twice, so raykueue leaves the pod alone")]
 
     current, duplicates = _pick(pod, ours)
     for dup in duplicates:
         actions += _finish(dup, FINISHED_DUPLICATE,
-                           f"a second Workload for pod {_name(pod)}; {_name(current)} is kept"
+                           f"a second Workload for pod {p.name(pod)}; {p.name(current)} is kept"
                            if current is not None else "duplicate Workload")
 
     if p.is_deleting(pod) or p.is_terminal(pod):
@@ -187,8 +114,50 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
         return actions + _without_workload(pod, ctx)
     if w.is_deleting(current):
         # Its name is the one a new Workload would take: wait until it is gone.
-        return [*actions, Wait(f"Workload {_name(current)} is being deleted")]
+        return [*actions, Wait(f"Workload {p.name(current)} is being deleted")]
     return actions + _with_workload(pod, current, ctx)
+
+
+def _owner_gone(wl: Obj) -> list[Action]:
+    return _finish(wl, FINISHED_OWNER_NOT_FOUND,
+                   f"pod {_owner_name(wl)} ({w.pod_uid_of(wl)}) no longer exists")
+
+
+def _vanished(wl: Obj, ctx: Context) -> list[Action]:
+    """The finish of a Workload whose pod left the cache, with its real reason.
+
+    The pod's last state, when the watch delivered it, says whether it
+    succeeded, failed or was deleted. A pod that merely lost our label also
+    leaves the cache (without a deletionTimestamp): while the API server still
+    has it, finishing its Workload would release quota for a pod that runs.
+    """
+    finish = _owner_gone(wl)
+    if not finish:
+        return []
+    if ctx.departed is not None and departure_explains(ctx.departed, wl):
+        return release(ctx.departed, wl)
+    uid = w.pod_uid_of(wl)
+    if uid and ctx.live_pod_uid == uid:
+        return [Warn(WARN_LABEL_REMOVED,
+                     f"pod exists but is no longer labelled {c.MANAGED_BY_LABEL}="
+                     f"{c.MANAGED_BY_VALUE}; leaving its Workload {p.name(wl)} alone")]
+    return finish
+
+
+def departure_explains(departed: Obj, wl: Obj) -> bool:
+    """Whether the pod's last state says it went (deleted or ended), rather
+    than merely stopped matching our label selector."""
+    return (w.pod_uid_of(wl) == p.uid(departed)
+            and (p.is_deleting(departed) or p.is_terminal(departed)))
+
+
+def needs_live_pod(workloads: Iterable[Obj], departed: Obj | None) -> bool:
+    """Whether `decide`, for a pod missing from the cache, needs to know if
+    the API server still has it: some Workload of ours would be finished and
+    the pod's last state does not say why it went."""
+    return any(w.is_ours(wl) and _owner_gone(wl) and w.pod_uid_of(wl)
+               and not (departed is not None and departure_explains(departed, wl))
+               for wl in workloads)
 
 
 def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
@@ -201,7 +170,7 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
         return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet")]
     if not labels(pod).get(c.QUEUE_LABEL):
         return [Warn(WARN_NO_QUEUE,
-                     f"pod {_name(pod)} has no {c.QUEUE_LABEL} label, so Kueue would never "
+                     f"pod {p.name(pod)} has no {c.QUEUE_LABEL} label, so Kueue would never "
                      "admit its Workload; recreate it through the raykueue webhook"),
                 Wait("no queue")]
     priority: w.Priority | None = None
@@ -211,27 +180,27 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
         if value is None:
             return [Warn(WARN_PRIORITY_CLASS,
                          f"WorkloadPriorityClass {class_name!r} (label {c.PRIORITY_CLASS_LABEL} "
-                         f"of pod {_name(pod)}) does not exist; create it and the pod will queue"),
+                         f"of pod {p.name(pod)}) does not exist; create it and the pod will queue"),
                     Wait(f"WorkloadPriorityClass {class_name} missing")]
         priority = w.Priority(class_name, value)
     return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
 
 
 def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
-    name = _name(wl)
+    name = p.name(wl)
     if p.is_gated(pod):
         # Its status may open the gate: it must be the Workload we would make.
         why = w.mismatch(wl, pod)
         if why is not None:
             return [ReportConflict(
                 CONFLICT_FORGED_WORKLOAD,
-                f"Workload {name} claims pod {_name(pod)} but is not the one raykueue makes "
+                f"Workload {name} claims pod {p.name(pod)} but is not the one raykueue makes "
                 f"for it ({why}); the gate stays until that Workload is deleted",
                 workload=name)]
     if w.is_finished(wl):
         if p.is_gated(pod):
             return [Warn(WARN_FINISHED_WHILE_GATED,
-                         f"Workload {name} of pod {_name(pod)} is Finished but the pod is still "
+                         f"Workload {name} of pod {p.name(pod)} is Finished but the pod is still "
                          "gated; delete the pod and let KubeRay recreate it")]
         return []
 
@@ -242,57 +211,20 @@ def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
         head = p.role(pod) == c.ROLE_HEAD
         return [
             EvictPod(name, reason, message, head),
-            *_finish(wl, FINISHED_EVICTED, f"pod {_name(pod)} deleted after eviction: "
+            *_finish(wl, FINISHED_EVICTED, f"pod {p.name(pod)} deleted after eviction: "
                                            f"{reason}: {message}"),
         ]
 
     if not w.is_admitted(wl):
         if not p.is_gated(pod):
             return [Warn(WARN_UNGATED_NOT_ADMITTED,
-                         f"pod {_name(pod)} is not gated but its Workload {name} is not admitted; "
+                         f"pod {p.name(pod)} is not gated but its Workload {name} is not admitted; "
                          "it runs outside Kueue's quota")]
         return [Wait(_pending_reason(wl))]
 
     if p.is_gated(pod):
-        return _lift(pod, wl, ctx)
+        return placement.lift(pod, wl, ctx.flavors)
     return _readiness(pod, wl) if ctx.pods_ready else []
-
-
-def _lift(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
-    flavors = w.assigned_flavors(wl)
-    missing = [f for f in flavors if f not in ctx.flavors]
-    if missing:
-        return [Wait(f"ResourceFlavor {', '.join(missing)} not in the cache yet")]
-    wanted: dict[str, str] = {}
-    wanted_tolerations: list[Mapping[str, Any]] = []
-    for flavor in flavors:
-        flavor_spec = ctx.flavors[flavor].get("spec") or {}
-        wanted.update(flavor_spec.get("nodeLabels") or {})
-        wanted_tolerations += [t for t in flavor_spec.get("tolerations") or []
-                               if isinstance(t, dict)]
-    for update in w.admission_check_updates(wl):
-        wanted.update(update.get("nodeSelector") or {})
-        wanted_tolerations += [t for t in update.get("tolerations") or [] if isinstance(t, dict)]
-
-    own = p.node_selector(pod)
-    clashes = sorted(k for k, v in wanted.items() if k in own and own[k] != v)
-    if clashes:
-        detail = ", ".join(f"{k}={own[k]!r} (flavor wants {wanted[k]!r})" for k in clashes)
-        return [ReportConflict(
-            CONFLICT_NODE_SELECTOR,
-            f"pod {_name(pod)} was admitted to flavor {', '.join(flavors)} but its own "
-            f"nodeSelector disagrees: {detail}; the gate stays until the pod or the "
-            "ResourceFlavor is changed",
-            workload=_name(wl))]
-    add_selector = {k: v for k, v in wanted.items() if k not in own}
-    have = [_toleration_key(t) for t in p.tolerations(pod)]
-    add_tolerations: list[Mapping[str, Any]] = []
-    for tol in wanted_tolerations:
-        k = _toleration_key(tol)
-        if k not in have:
-            have.append(k)
-            add_tolerations.append(tol)
-    return [LiftGate(_name(wl), add_selector, tuple(add_tolerations), tuple(flavors))]
 
 
 def _readiness(pod: Obj, wl: Obj) -> list[Action]:
@@ -309,9 +241,9 @@ def _readiness(pod: Obj, wl: Obj) -> list[Action]:
         recovering = current is not None and current.get("reason") in (
             w.READY_WAIT_FOR_RECOVERY, w.READY_RECOVERED)
         reason = w.READY_RECOVERED if recovering else w.READY_STARTED
-        return [SetPodsReady(_name(wl), True, reason, w.READY_MESSAGE)]
+        return [SetPodsReady(p.name(wl), True, reason, w.READY_MESSAGE)]
     if current is not None and current.get("status") == "True":
-        return [SetPodsReady(_name(wl), False, w.READY_WAIT_FOR_RECOVERY, w.RECOVERY_MESSAGE)]
+        return [SetPodsReady(p.name(wl), False, w.READY_WAIT_FOR_RECOVERY, w.RECOVERY_MESSAGE)]
     return []
 
 
@@ -343,7 +275,7 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
 def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
     if w.is_finished(wl) or w.is_deleting(wl):
         return []
-    return [FinishWorkload(_name(wl), reason, message)]
+    return [FinishWorkload(p.name(wl), reason, message)]
 
 
 def release(pod: Obj, wl: Obj) -> list[Action]:
@@ -358,18 +290,18 @@ def release(pod: Obj, wl: Obj) -> list[Action]:
         return []
     reason, message = end_of_pod(pod)
     if p.is_deleting(pod):
-        return [DeleteWorkload(_name(wl), str(metadata(wl).get("uid") or ""), reason, message)]
-    return [FinishWorkload(_name(wl), reason, message)]
+        return [DeleteWorkload(p.name(wl), str(metadata(wl).get("uid") or ""), reason, message)]
+    return [FinishWorkload(p.name(wl), reason, message)]
 
 
 def end_of_pod(pod: Obj) -> tuple[str, str]:
     phase = p.phase(pod)
     detail = p.status_message(pod)
     if phase == "Succeeded":
-        return FINISHED_SUCCEEDED, detail or f"pod {_name(pod)} succeeded"
+        return FINISHED_SUCCEEDED, detail or f"pod {p.name(pod)} succeeded"
     if phase == "Failed":
-        return FINISHED_FAILED, detail or f"pod {_name(pod)} failed"
-    return FINISHED_POD_DELETED, f"pod {_name(pod)} is being deleted; quota released"
+        return FINISHED_FAILED, detail or f"pod {p.name(pod)} failed"
+    return FINISHED_POD_DELETED, f"pod {p.name(pod)} is being deleted; quota released"
 
 
 def _pick(pod: Obj, ours: list[Obj]) -> tuple[Obj | None, list[Obj]]:
@@ -380,10 +312,10 @@ def _pick(pod: Obj, ours: list[Obj]) -> tuple[Obj | None, list[Obj]]:
     `workload.mismatch`) and is finished rather than trusted.
     """
     expected = w.workload_name(pod)
-    named = [x for x in ours if _name(x) == expected]
+    named = [x for x in ours if p.name(x) == expected]
     current = next((x for x in named if not w.is_deleting(x)), named[0] if named else None)
-    extras = [x for x in ours if _name(x) != expected and not w.is_deleting(x)]
-    extras.sort(key=lambda x: (str(metadata(x).get("creationTimestamp")), _name(x)))
+    extras = [x for x in ours if p.name(x) != expected and not w.is_deleting(x)]
+    extras.sort(key=lambda x: (str(metadata(x).get("creationTimestamp")), p.name(x)))
     return current, extras
 
 
@@ -396,14 +328,6 @@ def _pending_reason(wl: Obj) -> str:
         return "quota reserved, admission checks pending"
     return "waiting for Kueue to admit the Workload"
 
-
-def _toleration_key(tol: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (tol.get("key") or "", tol.get("operator") or "Equal", tol.get("value") or "",
-            tol.get("effect") or "", tol.get("tolerationSeconds"))
-
-
-def _name(obj: Obj) -> str:
-    return str(metadata(obj).get("name") or "")
 
 
 def _owner_name(wl: Obj) -> str:

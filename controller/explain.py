@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from controller import actions as a
+from controller import admission as adm
 from controller import decide as d
 from controller import pods as p
 from controller import workload as w
@@ -36,11 +38,11 @@ def queue_position(wl: Obj, peers: Sequence[Obj]) -> tuple[int, int] | None:
     if not _pending(wl):
         return None
     pending = [x for x in peers if _pending(x) and w.queue_name(x) == w.queue_name(wl)]
-    if not any(_name(x) == _name(wl) for x in pending):
+    if not any(p.name(x) == p.name(wl) for x in pending):
         pending.append(wl)
     pending.sort(key=lambda x: (-w.priority_value(x), str(metadata(x).get("creationTimestamp")),
-                                _name(x)))
-    index = next(i for i, x in enumerate(pending) if _name(x) == _name(wl))
+                                p.name(x)))
+    index = next(i for i, x in enumerate(pending) if p.name(x) == p.name(wl))
     return index + 1, len(pending)
 
 
@@ -48,22 +50,22 @@ def verdict(pod: Obj, workloads: Sequence[Obj], ctx: d.Context) -> str:
     """One sentence: what stands between this pod and running."""
     actions = d.decide(pod, workloads, ctx)
     for action in actions:
-        if isinstance(action, d.ReportConflict | d.Warn):
+        if isinstance(action, a.ReportConflict | a.Warn):
             return action.message
     for action in actions:
-        if isinstance(action, d.Wait):
+        if isinstance(action, a.Wait):
             return f"waiting: {action.reason}"
-        if isinstance(action, d.CreateWorkload):
+        if isinstance(action, a.CreateWorkload):
             return ("no Workload yet: raykueue's controller has not created it; is the "
                     "controller running (one replica holds the lease)?")
-        if isinstance(action, d.LiftGate):
+        if isinstance(action, a.LiftGate):
             return ("admitted: the controller lifts the gate next (if this persists, is the "
                     "controller running?)")
-        if isinstance(action, d.EvictPod):
+        if isinstance(action, a.EvictPod):
             return f"evicted by Kueue ({action.reason}): the pod is about to be deleted"
-        if isinstance(action, d.FinishWorkload):
+        if isinstance(action, a.FinishWorkload):
             return f"finishing its Workload: {action.message}"
-        if isinstance(action, d.DeleteWorkload):
+        if isinstance(action, a.DeleteWorkload):
             return f"deleting its Workload: {action.message}"
     if p.is_gated(pod):
         return "gated, nothing pending on raykueue's side"
@@ -101,14 +103,14 @@ def _explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None, local_qu
         lines.append(f"  priority:   {priority or 'none'} (label {c.PRIORITY_CLASS_LABEL})")
         return "\n".join(lines)
 
-    lines.append(f"  Workload:   {_name(workload)} ({workload.get('apiVersion', '?')})"
+    lines.append(f"  Workload:   {p.name(workload)} ({workload.get('apiVersion', '?')})"
                  + ("" if w.is_ours(workload) else "  [not created by raykueue]"))
     lines.append(f"  state:      {_state(workload)}")
     _queue_lines(lines, w.queue_name(workload), local_queue, cluster_queue,
-                 w.cluster_queue(workload))
+                 adm.cluster_queue(workload))
     lines.append(f"  priority:   {w.priority_class_name(workload) or 'none'} "
                  f"({w.priority_value(workload)})")
-    flavors = w.assigned_flavors(workload)
+    flavors = adm.assigned_flavors(workload)
     if flavors:
         lines.append(f"  flavors:    {', '.join(flavors)}")
     conds = [x for x in w.conditions(workload) if x.get("type") in _KUEUE_CONDITIONS]
@@ -149,7 +151,7 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
     uid = p.uid(pod)
     mine = [x for x in items if w.pod_uid_of(x) == uid]
     ours = [x for x in mine if w.is_ours(x)]
-    workload = next((x for x in ours if _name(x) == w.workload_name(pod)), None) or (
+    workload = next((x for x in ours if p.name(x) == w.workload_name(pod)), None) or (
         ours[0] if ours else None)
     others = [x for x in mine if x is not workload]
     if workload is None and others:
@@ -158,7 +160,7 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
     queue = w.queue_name(workload) if workload is not None else labels(pod).get(c.QUEUE_LABEL)
     local_queue = _get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(namespace, queue)
                        ) if queue else None
-    cq_name = (w.cluster_queue(workload) if workload is not None else None) or (
+    cq_name = (adm.cluster_queue(workload) if workload is not None else None) or (
         (local_queue or {}).get("spec", {}).get("clusterQueue"))
     cluster_queue = _get(rest, r.crd(c.KUEUE_GROUP, version, "clusterqueues",
                                      namespaced=False).path(None, cq_name)) if cq_name else None
@@ -178,7 +180,7 @@ def _visible_position(rest: Rest, namespace: str, queue: str, workload: Obj | No
         listing = rest.get(path)
     except ApiError:
         return None  # not served (no aggregation layer, feature off) or not allowed: estimate instead
-    return next((x for x in _items(listing) if _name(x) == _name(workload)), None)
+    return next((x for x in _items(listing) if p.name(x) == p.name(workload)), None)
 
 
 # --- reads --------------------------------------------------------------------------
@@ -194,7 +196,7 @@ def _context(rest: Rest, version: str, namespace: str, pod: Obj, workload: Obj |
         if wpc is not None and isinstance(wpc.get("value"), int):
             priority_values[class_name] = wpc["value"]
     flavors: dict[str, Obj] = {}
-    for flavor in w.assigned_flavors(workload) if workload is not None else []:
+    for flavor in adm.assigned_flavors(workload) if workload is not None else []:
         found = _get(rest, r.crd(c.KUEUE_GROUP, version, "resourceflavors",
                                  namespaced=False).path(None, flavor))
         if found is not None:
@@ -242,7 +244,7 @@ def _queue_lines(lines: list[str], queue: str | None, local_queue: Obj | None,
         lines.append(f"  queue:      LocalQueue {queue} -> ClusterQueue {cq_name or '?'}"
                      f"  [{_counts(local_queue)}]")
     if cluster_queue is not None:
-        lines.append(f"  ClusterQueue {_name(cluster_queue)}: {_counts(cluster_queue)}")
+        lines.append(f"  ClusterQueue {p.name(cluster_queue)}: {_counts(cluster_queue)}")
         for cond in w.conditions(cluster_queue):
             if cond.get("type") == "Active" and cond.get("status") != "True":
                 lines.append(f"    inactive ({cond.get('reason')}): {cond.get('message')}")
@@ -261,7 +263,7 @@ def _state(wl: Obj) -> str:
     if w.is_evicted(wl):
         return "Evicted"
     if w.is_admitted(wl):
-        return f"Admitted to ClusterQueue {w.cluster_queue(wl) or '?'}"
+        return f"Admitted to ClusterQueue {adm.cluster_queue(wl) or '?'}"
     if w.is_quota_reserved(wl):
         return "QuotaReserved, waiting for admission checks"
     return "Pending"
@@ -276,7 +278,3 @@ def _pending(wl: Obj) -> bool:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
-
-
-def _name(obj: Obj) -> str:
-    return str(metadata(obj).get("name") or "")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from webhooks import contract as c
 
@@ -16,6 +18,11 @@ from webhooks.objects import Obj, gate_names, labels, metadata, spec
 def key(obj: Obj) -> tuple[str, str]:
     meta = metadata(obj)
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def name(obj: Obj) -> str:
+    """Any object's name (pods and Workloads alike), "" when it has none."""
+    return str(metadata(obj).get("name") or "")
 
 
 def uid(obj: Obj) -> str:
@@ -70,3 +77,29 @@ def tolerations(pod: Obj) -> list[Mapping[str, Any]]:
     value = spec(pod).get("tolerations")
     return [t for t in value if isinstance(t, dict)] if isinstance(value, list) else []
 
+
+# What Kueue reads to size a pod (resources, overhead, sidecar init containers).
+_SIZING_KEYS: Final = ("resources", "restartPolicy")
+
+
+def _container_sizing(items: object) -> list[Any]:
+    out: list[Any] = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            out.append([item.get("name"), {k: item.get(k) for k in _SIZING_KEYS}])
+        else:
+            out.append(repr(item))
+    return out
+
+
+def sizing_fingerprint(pod_spec: object) -> str:
+    """A digest of everything in a pod spec that decides the quota Kueue charges."""
+    spec_ = pod_spec if isinstance(pod_spec, dict) else {}
+    sizing = {
+        "containers": _container_sizing(spec_.get("containers")),
+        "initContainers": _container_sizing(spec_.get("initContainers")),
+        "overhead": spec_.get("overhead"),
+        "resources": spec_.get("resources"),
+    }
+    text = json.dumps(sizing, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

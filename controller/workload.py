@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from controller import pods as p
 from webhooks import contract as c
 from webhooks.objects import Obj, labels, metadata, spec
 
@@ -44,8 +44,6 @@ READY_WAIT_FOR_RECOVERY: Final = "WaitForRecovery"
 READY_MESSAGE: Final = "All pods reached readiness and the workload is running"
 RECOVERY_MESSAGE: Final = "At least one pod has failed, waiting for recovery"
 
-# Kubernetes caps a condition message at 32768 bytes; Kueue truncates to 1024.
-_MAX_MESSAGE: Final = 1024
 _HASH_LEN: Final = 8
 _MAX_NAME: Final = 253
 
@@ -196,40 +194,23 @@ def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) 
 # makes of the pod. A forgery that passes is our Workload in all but authorship:
 # admitting it charges the pod's real requests to the pod's real queue.
 
-# Where `slim_workload` keeps the podSets' fingerprint once the templates are gone.
-FINGERPRINT_KEY: Final = "_raykueuePodSets"
-# What Kueue reads to size a pod (resources, overhead, sidecar init containers).
-_SIZING_KEYS: Final = ("resources", "restartPolicy")
+class SlimWorkload(dict[str, Any]):
+    """A Workload as the cache keeps it: without its pod templates (most of its
+    bytes), but with the one thing read of them, the podSets' fingerprint.
 
+    `copy.copy` and `copy.deepcopy` keep the type and the fingerprint; `dict()`
+    would drop both.
+    """
 
-def _container_sizing(items: object) -> list[Any]:
-    out: list[Any] = []
-    for item in items if isinstance(items, list) else []:
-        if isinstance(item, dict):
-            out.append([item.get("name"), {k: item.get(k) for k in _SIZING_KEYS}])
-        else:
-            out.append(repr(item))
-    return out
-
-
-def sizing_fingerprint(pod_spec: object) -> str:
-    """A digest of everything in a pod spec that decides the quota Kueue charges."""
-    spec_ = pod_spec if isinstance(pod_spec, dict) else {}
-    sizing = {
-        "containers": _container_sizing(spec_.get("containers")),
-        "initContainers": _container_sizing(spec_.get("initContainers")),
-        "overhead": spec_.get("overhead"),
-        "resources": spec_.get("resources"),
-    }
-    text = json.dumps(sizing, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    def __init__(self, obj: Mapping[str, Any], pod_sets: str) -> None:
+        super().__init__(obj)
+        self.pod_sets = pod_sets
 
 
 def pod_sets_fingerprint(wl: Obj) -> str:
     """`main`x1 and its template's sizing, or "" for any other podSets shape."""
-    stored = wl.get(FINGERPRINT_KEY)
-    if isinstance(stored, str):
-        return stored
+    if isinstance(wl, SlimWorkload):
+        return wl.pod_sets
     pod_sets = spec(wl).get("podSets")
     if not isinstance(pod_sets, list) or len(pod_sets) != 1 or not isinstance(pod_sets[0], dict):
         return ""
@@ -238,7 +219,7 @@ def pod_sets_fingerprint(wl: Obj) -> str:
         return ""
     template = only.get("template")
     template_spec = template.get("spec") if isinstance(template, dict) else None
-    return sizing_fingerprint(template_spec) if isinstance(template_spec, dict) else ""
+    return p.sizing_fingerprint(template_spec) if isinstance(template_spec, dict) else ""
 
 
 def mismatch(wl: Obj, pod: Obj) -> str | None:
@@ -258,10 +239,9 @@ def mismatch(wl: Obj, pod: Obj) -> str | None:
     if priority_class_name(wl) != wanted_class:
         return (f"its priority class {priority_class_name(wl)!r} is not the pod's "
                 f"{wanted_class!r}")
-    if pod_sets_fingerprint(wl) != sizing_fingerprint(pod_set_template(pod)["spec"]):
+    if pod_sets_fingerprint(wl) != p.sizing_fingerprint(pod_set_template(pod)["spec"]):
         return "its podSets do not request what the pod requests"
     return None
-
 
 
 # --- reading ------------------------------------------------------------------
@@ -342,53 +322,6 @@ def pod_uid_of(wl: Obj) -> str | None:
     return value or None
 
 
-def _pod_set_assignment(wl: Obj, pod_set: str = POD_SET) -> Mapping[str, Any] | None:
-    status = wl.get("status")
-    admission = status.get("admission") if isinstance(status, dict) else None
-    if not isinstance(admission, dict):
-        return None
-    for psa in admission.get("podSetAssignments") or []:
-        if isinstance(psa, dict) and psa.get("name", POD_SET) == pod_set:
-            return psa
-    return None
-
-
-def cluster_queue(wl: Obj) -> str | None:
-    status = wl.get("status")
-    admission = status.get("admission") if isinstance(status, dict) else None
-    if isinstance(admission, dict) and isinstance(admission.get("clusterQueue"), str):
-        return admission["clusterQueue"]
-    return None
-
-
-def assigned_flavors(wl: Obj, pod_set: str = POD_SET) -> list[str]:
-    """Distinct ResourceFlavors assigned to the podSet, in resource-name order."""
-    psa = _pod_set_assignment(wl, pod_set)
-    flavors = psa.get("flavors") if psa else None
-    if not isinstance(flavors, dict):
-        return []
-    out: list[str] = []
-    for resource in sorted(flavors):
-        name = flavors[resource]
-        if isinstance(name, str) and name not in out:
-            out.append(name)
-    return out
-
-
-def admission_check_updates(wl: Obj, pod_set: str = POD_SET) -> list[Mapping[str, Any]]:
-    """podSetUpdates that admission checks ask to apply to the pod at start."""
-    status = wl.get("status")
-    checks = status.get("admissionChecks") if isinstance(status, dict) else None
-    out: list[Mapping[str, Any]] = []
-    for check in checks if isinstance(checks, list) else []:
-        if not isinstance(check, dict):
-            continue
-        for update in check.get("podSetUpdates") or []:
-            if isinstance(update, dict) and update.get("name", POD_SET) == pod_set:
-                out.append(update)
-    return out
-
-
 def priority_class_name(wl: Obj) -> str | None:
     wl_spec = spec(wl)
     ref = wl_spec.get("priorityClassRef")
@@ -406,65 +339,3 @@ def priority_value(wl: Obj) -> int:
 def queue_name(wl: Obj) -> str | None:
     value = spec(wl).get("queueName")
     return value if isinstance(value, str) and value else None
-
-
-# --- writing status -----------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class ConditionUpdate:
-    type: str
-    status: bool
-    reason: str
-    message: str
-
-
-def truncate_message(message: str) -> str:
-    if len(message) <= _MAX_MESSAGE:
-        return message
-    return message[: _MAX_MESSAGE - 3] + "..."
-
-
-def status_apply_body(wl: Obj, updates: Iterable[ConditionUpdate], now: str) -> dict[str, Any]:
-    """Server-side apply body for the Workload's status subresource.
-
-    A JSON merge patch would replace the whole conditions list and so clobber
-    whatever Kueue wrote since our read. Under apply, `conditions` is a map
-    keyed by type: we own the entries we send and nothing else. An applier
-    that leaves out an entry it owned gives it up (and it is removed if no one
-    else owns it), so each apply carries every condition we own (PodsReady,
-    Finished) as it stands, plus the updates. As in `meta.SetStatusCondition`,
-    lastTransitionTime moves only when the status flips.
-    """
-    wanted = {u.type: u for u in updates}
-    entries: list[dict[str, Any]] = []
-    generation = metadata(wl).get("generation")
-    for type_ in OWNED_CONDITIONS:
-        existing = condition(wl, type_)
-        update = wanted.get(type_)
-        if update is None:
-            if existing is not None:
-                entries.append(dict(existing))
-            continue
-        status = "True" if update.status else "False"
-        transition = now
-        if existing is not None and existing.get("status") == status and existing.get(
-                "lastTransitionTime"):
-            transition = str(existing["lastTransitionTime"])
-        entry: dict[str, Any] = {
-            "type": type_,
-            "status": status,
-            "reason": update.reason,
-            "message": truncate_message(update.message),
-            "lastTransitionTime": transition,
-        }
-        if isinstance(generation, int):
-            entry["observedGeneration"] = generation
-        entries.append(entry)
-    version = str(wl.get("apiVersion") or api_version(V1BETA2))
-    meta = metadata(wl)
-    return {
-        "apiVersion": version,
-        "kind": KIND,
-        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
-        "status": {"conditions": entries},
-    }

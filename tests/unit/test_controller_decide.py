@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from controller import actions as a
 from controller import decide as d
 from controller import workload as w
+from controller import workload_status as ws
 from tests.unit import controller_objects as o
 from webhooks import contract as c
 
@@ -25,7 +27,7 @@ def ctx(**kw) -> d.Context:
 
 
 def only(actions, kind):
-    found = [a for a in actions if isinstance(a, kind)]
+    found = [x for x in actions if isinstance(x, kind)]
     assert len(found) == 1, actions
     return found[0]
 
@@ -36,7 +38,7 @@ def only(actions, kind):
 def test_gated_head_gets_a_workload_with_resolved_priority():
     head = o.pod(c.ROLE_HEAD)
     (action,) = d.decide(head, [], ctx(head_admitted=False))
-    assert isinstance(action, d.CreateWorkload)
+    assert isinstance(action, a.CreateWorkload)
     assert action.role == c.ROLE_HEAD
     assert action.body == w.build_workload(head, w.Priority("ray-head", 1000), w.V1BETA2)
 
@@ -51,32 +53,32 @@ def test_v1beta1_server_gets_a_v1beta1_workload():
 def test_existing_workload_is_adopted_not_recreated():
     pod = o.pod()
     actions = d.decide(pod, [o.workload(pod, "pending")], ctx())
-    assert not [a for a in actions if isinstance(a, d.CreateWorkload)]
-    assert isinstance(actions[0], d.Wait)
+    assert not [x for x in actions if isinstance(x, a.CreateWorkload)]
+    assert isinstance(actions[0], a.Wait)
     assert "insufficient unused quota for nvidia.com/gpu" in actions[0].reason
 
 
 def test_missing_priority_class_waits_and_warns():
     pod = o.pod(priority="nonexistent")
     actions = d.decide(pod, [], ctx())
-    warn = only(actions, d.Warn)
-    assert warn.reason == d.WARN_PRIORITY_CLASS
+    warn = only(actions, a.Warn)
+    assert warn.reason == a.WARN_PRIORITY_CLASS
     assert "nonexistent" in warn.message
-    assert not [a for a in actions if isinstance(a, d.CreateWorkload)]
+    assert not [x for x in actions if isinstance(x, a.CreateWorkload)]
 
 
 def test_pod_without_priority_label_gets_no_priority():
     pod = o.pod()
     del pod["metadata"]["labels"][c.PRIORITY_CLASS_LABEL]
-    action = only(d.decide(pod, [], ctx()), d.CreateWorkload)
+    action = only(d.decide(pod, [], ctx()), a.CreateWorkload)
     assert "priority" not in action.body["spec"]
 
 
 def test_pod_without_queue_waits_and_warns():
     pod = o.pod(queue=None)
     actions = d.decide(pod, [], ctx())
-    assert only(actions, d.Warn).reason == d.WARN_NO_QUEUE
-    assert not [a for a in actions if isinstance(a, d.CreateWorkload)]
+    assert only(actions, a.Warn).reason == a.WARN_NO_QUEUE
+    assert not [x for x in actions if isinstance(x, a.CreateWorkload)]
 
 
 def test_ungated_pod_without_workload_is_left_alone():
@@ -90,19 +92,19 @@ def test_ungated_pod_without_workload_is_left_alone():
 def test_worker_waits_for_its_head():
     pod = o.pod(c.ROLE_WORKER)
     (action,) = d.decide(pod, [], ctx(head_admitted=False))
-    assert isinstance(action, d.Wait)
+    assert isinstance(action, a.Wait)
     assert "raycluster-gpu" in action.reason
 
 
 def test_worker_goes_once_head_is_admitted():
     pod = o.pod(c.ROLE_WORKER)
-    assert isinstance(d.decide(pod, [], ctx(head_admitted=True))[0], d.CreateWorkload)
+    assert isinstance(d.decide(pod, [], ctx(head_admitted=True))[0], a.CreateWorkload)
 
 
 def test_head_first_off_lets_workers_queue_at_once():
     pod = o.pod(c.ROLE_WORKER)
     actions = d.decide(pod, [], ctx(head_first=False, head_admitted=False))
-    assert isinstance(actions[0], d.CreateWorkload)
+    assert isinstance(actions[0], a.CreateWorkload)
 
 
 def test_head_admitted_rules():
@@ -128,7 +130,7 @@ def test_head_admitted_rules():
 def test_quota_reserved_is_not_enough():
     pod = o.pod()
     actions = d.decide(pod, [o.workload(pod, "reserved")], ctx())
-    assert all(isinstance(a, d.Wait) for a in actions)
+    assert all(isinstance(x, a.Wait) for x in actions)
     assert "admission checks" in actions[0].reason or "not all" in actions[0].reason
 
 
@@ -136,7 +138,7 @@ def test_admitted_lifts_gate_with_flavor_placement():
     pod = o.pod()
     wl = o.workload(pod, "admitted")
     (action,) = d.decide(pod, [wl], ctx())
-    assert action == d.LiftGate(
+    assert action == a.LiftGate(
         wl["metadata"]["name"], {"pool": "a100"},
         ({"key": "pool", "operator": "Equal", "value": "a100", "effect": "NoSchedule"},),
         (o.FLAVOR,))
@@ -145,14 +147,14 @@ def test_admitted_lifts_gate_with_flavor_placement():
 def test_tolerations_the_pod_has_are_not_added_twice():
     pod = o.pod()
     flavors = {o.FLAVOR: o.flavor(tolerations=[dict(o.GPU_TAINT_TOLERATION)])}
-    action = only(d.decide(pod, [o.workload(pod, "admitted")], ctx(flavors=flavors)), d.LiftGate)
+    action = only(d.decide(pod, [o.workload(pod, "admitted")], ctx(flavors=flavors)), a.LiftGate)
     assert action.tolerations == ()
     assert action.node_selector == {}
 
 
 def test_matching_node_selector_is_not_a_conflict():
     pod = o.pod(node_selector={"pool": "a100"})
-    action = only(d.decide(pod, [o.workload(pod, "admitted")], ctx()), d.LiftGate)
+    action = only(d.decide(pod, [o.workload(pod, "admitted")], ctx()), a.LiftGate)
     assert action.node_selector == {}
 
 
@@ -160,8 +162,8 @@ def test_conflicting_node_selector_is_reported_and_gate_kept():
     pod = o.pod(node_selector={"pool": "h100"})
     wl = o.workload(pod, "admitted")
     (action,) = d.decide(pod, [wl], ctx())
-    assert isinstance(action, d.ReportConflict)
-    assert action.kind == d.CONFLICT_NODE_SELECTOR
+    assert isinstance(action, a.ReportConflict)
+    assert action.kind == a.CONFLICT_NODE_SELECTOR
     assert action.workload == wl["metadata"]["name"]
     assert "pool='h100'" in action.message and "'a100'" in action.message
 
@@ -169,7 +171,7 @@ def test_conflicting_node_selector_is_reported_and_gate_kept():
 def test_unknown_flavor_waits_for_the_cache():
     pod = o.pod()
     (action,) = d.decide(pod, [o.workload(pod, "admitted")], ctx(flavors={}))
-    assert isinstance(action, d.Wait)
+    assert isinstance(action, a.Wait)
     assert o.FLAVOR in action.reason
 
 
@@ -179,7 +181,7 @@ def test_admission_check_updates_join_the_placement():
     wl["status"]["admissionChecks"] = [{"name": "prov", "state": "Ready", "message": "",
                                         "podSetUpdates": [{"name": "main",
                                                            "nodeSelector": {"zone": "z1"}}]}]
-    action = only(d.decide(pod, [wl], ctx()), d.LiftGate)
+    action = only(d.decide(pod, [wl], ctx()), a.LiftGate)
     assert action.node_selector == {"pool": "a100", "zone": "z1"}
 
 
@@ -190,7 +192,7 @@ def test_ready_pod_sets_pods_ready_started():
     pod = o.pod(gated=False, phase="Running", ready=True)
     wl = o.workload(pod, "admitted")
     (action,) = d.decide(pod, [wl], ctx())
-    assert action == d.SetPodsReady(wl["metadata"]["name"], True, "Started", w.READY_MESSAGE)
+    assert action == a.SetPodsReady(wl["metadata"]["name"], True, "Started", w.READY_MESSAGE)
 
 
 def test_ready_pod_with_pods_ready_true_needs_nothing():
@@ -202,7 +204,7 @@ def test_not_ready_after_ready_goes_to_wait_for_recovery_then_recovered():
     pod = o.pod(gated=False, phase="Running", ready=False)
     wl = o.workload(pod, "admitted", pods_ready="True")
     (action,) = d.decide(pod, [wl], ctx())
-    assert action == d.SetPodsReady(wl["metadata"]["name"], False, "WaitForRecovery",
+    assert action == a.SetPodsReady(wl["metadata"]["name"], False, "WaitForRecovery",
                                     w.RECOVERY_MESSAGE)
     ready_again = o.pod(gated=False, phase="Running", ready=True)
     wl2 = o.workload(ready_again, "admitted", pods_ready="False")
@@ -219,27 +221,27 @@ def test_not_yet_ready_writes_nothing():
 
 
 @pytest.mark.parametrize(("phase", "reason"), [
-    ("Succeeded", d.FINISHED_SUCCEEDED),
-    ("Failed", d.FINISHED_FAILED),
+    ("Succeeded", a.FINISHED_SUCCEEDED),
+    ("Failed", a.FINISHED_FAILED),
 ])
 def test_pod_that_ended_and_stays_finishes_its_workload(phase, reason):
     pod = o.pod(gated=False, phase=phase, ready=False)
     wl = o.workload(pod, "admitted", pods_ready="True")
     (action,) = d.decide(pod, [wl], ctx())
-    assert isinstance(action, d.FinishWorkload)
+    assert isinstance(action, a.FinishWorkload)
     assert action.workload == wl["metadata"]["name"]
     assert action.reason == reason
 
 
 @pytest.mark.parametrize(("phase", "reason"), [
-    ("Running", d.FINISHED_POD_DELETED),
-    ("Succeeded", d.FINISHED_SUCCEEDED),
+    ("Running", a.FINISHED_POD_DELETED),
+    ("Succeeded", a.FINISHED_SUCCEEDED),
 ])
 def test_pod_being_deleted_takes_its_workload_along(phase, reason):
     pod = o.pod(gated=False, phase=phase, ready=False, deleting=True)
     wl = o.workload(pod, "admitted", pods_ready="True")
     (action,) = d.decide(pod, [wl], ctx())
-    assert isinstance(action, d.DeleteWorkload)
+    assert isinstance(action, a.DeleteWorkload)
     assert action.workload == wl["metadata"]["name"]
     assert action.uid == wl["metadata"]["uid"] and action.uid  # conditional on this one
     assert action.reason == reason
@@ -254,7 +256,7 @@ def test_finished_workload_of_a_pod_being_deleted_is_left_to_the_collector():
 def test_gated_pod_deleted_before_admission_takes_its_workload_too():
     pod = o.pod(deleting=True)
     (action,) = d.decide(pod, [o.workload(pod, "pending")], ctx())
-    assert isinstance(action, d.DeleteWorkload)
+    assert isinstance(action, a.DeleteWorkload)
 
 
 def test_deleting_pod_without_workload_gets_none():
@@ -270,9 +272,54 @@ def test_vanished_pod_finishes_its_workload():
     pod = o.pod(gated=False, phase="Running", ready=True)
     wl = o.workload(pod, "admitted")
     (action,) = d.decide(None, [wl], ctx())
-    assert action == d.FinishWorkload(wl["metadata"]["name"], d.FINISHED_OWNER_NOT_FOUND,
+    assert action == a.FinishWorkload(wl["metadata"]["name"], a.FINISHED_OWNER_NOT_FOUND,
                                       action.message)
     assert pod["metadata"]["name"] in action.message
+
+
+# The pod left the cache: its last state and the live check are inputs.
+
+
+def test_vanished_pod_whose_last_state_was_deleting_takes_its_workload_along():
+    pod = o.pod(gated=False, phase="Running", ready=True, deleting=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(None, [wl], ctx(departed=pod))
+    assert isinstance(action, a.DeleteWorkload)
+    assert action.reason == a.FINISHED_POD_DELETED
+    assert not d.needs_live_pod([wl], pod)
+
+
+def test_vanished_pod_whose_last_state_was_succeeded_finishes_with_that_reason():
+    pod = o.pod(gated=False, phase="Succeeded")
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(None, [wl], ctx(departed=pod))
+    assert action == a.FinishWorkload(wl["metadata"]["name"], a.FINISHED_SUCCEEDED, action.message)
+
+
+def test_pod_that_left_the_cache_but_still_exists_keeps_its_workload():
+    # It lost our label: the watch reports it DELETED, with no deletionTimestamp.
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    assert d.needs_live_pod([wl], pod)
+    (action,) = d.decide(None, [wl], ctx(departed=pod, live_pod_uid=pod["metadata"]["uid"]))
+    assert isinstance(action, a.Warn) and action.reason == a.WARN_LABEL_REMOVED
+    assert wl["metadata"]["name"] in action.message
+
+
+def test_namesake_in_place_of_a_vanished_pod_does_not_save_its_workload():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    wl = o.workload(pod, "admitted")
+    (action,) = d.decide(None, [wl], ctx(live_pod_uid=o.next_uid()))
+    assert isinstance(action, a.FinishWorkload)
+    assert action.reason == a.FINISHED_OWNER_NOT_FOUND
+
+
+def test_live_check_is_needed_only_for_a_workload_that_would_be_finished():
+    pod = o.pod(gated=False, phase="Running", ready=True)
+    assert d.needs_live_pod([o.workload(pod, "admitted")], None)
+    assert not d.needs_live_pod([o.workload(pod, "finished")], None)
+    assert not d.needs_live_pod([o.workload(pod, "admitted", ours=False)], None)
+    assert not d.needs_live_pod([], None)
 
 
 def test_workload_being_deleted_is_not_finished():
@@ -287,9 +334,9 @@ def test_namesake_predecessors_workload_is_finished_and_new_pod_gets_its_own():
     new = o.pod(c.ROLE_HEAD, name="raycluster-gpu-head")
     old_wl = o.workload(old, "admitted")
     actions = d.decide(new, [old_wl], ctx())
-    assert isinstance(actions[0], d.FinishWorkload)
+    assert isinstance(actions[0], a.FinishWorkload)
     assert actions[0].workload == old_wl["metadata"]["name"]
-    assert isinstance(actions[1], d.CreateWorkload)
+    assert isinstance(actions[1], a.CreateWorkload)
     assert actions[1].body["metadata"]["name"] != old_wl["metadata"]["name"]
 
 
@@ -304,8 +351,8 @@ def test_duplicate_workloads_keep_the_deterministic_one():
     extra = o.workload(pod, "pending")
     extra["metadata"]["name"] = "stray-copy"
     actions = d.decide(pod, [extra, right], ctx())
-    assert actions[0] == d.FinishWorkload("stray-copy", d.FINISHED_DUPLICATE, actions[0].message)
-    assert isinstance(actions[1], d.LiftGate)
+    assert actions[0] == a.FinishWorkload("stray-copy", a.FINISHED_DUPLICATE, actions[0].message)
+    assert isinstance(actions[1], a.LiftGate)
     assert actions[1].workload == right["metadata"]["name"]
 
 
@@ -314,7 +361,7 @@ def test_workload_being_deleted_blocks_a_new_one_until_gone():
     wl = o.workload(pod, "pending")
     wl["metadata"]["deletionTimestamp"] = o.T2
     (action,) = d.decide(pod, [wl], ctx())
-    assert isinstance(action, d.Wait)
+    assert isinstance(action, a.Wait)
 
 
 # --- 5. eviction ------------------------------------------------------------------------------
@@ -324,10 +371,10 @@ def test_evicted_worker_is_deleted_then_finished():
     pod = o.pod(gated=False, phase="Running", ready=True)
     wl = o.workload(pod, "evicted", pods_ready="True")
     evict, finish = d.decide(pod, [wl], ctx())
-    assert evict == d.EvictPod(wl["metadata"]["name"], "Preempted",
+    assert evict == a.EvictPod(wl["metadata"]["name"], "Preempted",
                                w.condition(wl, w.EVICTED)["message"], head=False)
-    assert isinstance(finish, d.FinishWorkload)
-    assert finish.reason == d.FINISHED_EVICTED
+    assert isinstance(finish, a.FinishWorkload)
+    assert finish.reason == a.FINISHED_EVICTED
     assert "Preempted" in finish.message
 
 
@@ -340,14 +387,14 @@ def test_evicted_head_is_flagged():
 def test_evicted_while_still_gated_is_deleted_too():
     pod = o.pod()
     evict, finish = d.decide(pod, [o.workload(pod, "evicted")], ctx())
-    assert isinstance(evict, d.EvictPod) and isinstance(finish, d.FinishWorkload)
+    assert isinstance(evict, a.EvictPod) and isinstance(finish, a.FinishWorkload)
 
 
 def test_evicted_pod_already_terminating_only_loses_its_workload():
     pod = o.pod(gated=False, phase="Running", deleting=True)
     (action,) = d.decide(pod, [o.workload(pod, "evicted")], ctx())
-    assert isinstance(action, d.DeleteWorkload)
-    assert action.reason == d.FINISHED_POD_DELETED
+    assert isinstance(action, a.DeleteWorkload)
+    assert action.reason == a.FINISHED_POD_DELETED
 
 
 def test_pods_ready_timeout_eviction_uses_kueues_reason():
@@ -366,8 +413,8 @@ def test_pod_with_kueues_gate_is_left_alone():
     pod = o.pod()
     pod["spec"]["schedulingGates"].append({"name": c.KUEUE_POD_GATE})
     (action,) = d.decide(pod, [], ctx())
-    assert isinstance(action, d.ReportConflict)
-    assert action.kind == d.CONFLICT_KUEUE_POD
+    assert isinstance(action, a.ReportConflict)
+    assert action.kind == a.CONFLICT_KUEUE_POD
     assert c.KUEUE_POD_GATE in action.message
 
 
@@ -375,15 +422,15 @@ def test_pod_with_kueues_managed_label_is_left_alone_even_when_admitted():
     pod = o.pod()
     pod["metadata"]["labels"][c.KUEUE_MANAGED_LABEL] = "true"
     (action,) = d.decide(pod, [o.workload(pod, "admitted")], ctx())
-    assert isinstance(action, d.ReportConflict)
+    assert isinstance(action, a.ReportConflict)
 
 
 def test_workload_created_by_kueue_for_our_pod_is_a_conflict():
     pod = o.pod()
     theirs = o.workload(pod, "pending", ours=False)
     (action,) = d.decide(pod, [theirs], ctx())
-    assert isinstance(action, d.ReportConflict)
-    assert action.kind == d.CONFLICT_KUEUE_WORKLOAD
+    assert isinstance(action, a.ReportConflict)
+    assert action.kind == a.CONFLICT_KUEUE_WORKLOAD
     assert theirs["metadata"]["name"] in action.message
 
 
@@ -393,15 +440,15 @@ def test_workload_created_by_kueue_for_our_pod_is_a_conflict():
 def test_finished_workload_with_gated_pod_asks_for_help():
     pod = o.pod()
     (action,) = d.decide(pod, [o.workload(pod, "finished")], ctx())
-    assert isinstance(action, d.Warn)
-    assert action.reason == d.WARN_FINISHED_WHILE_GATED
+    assert isinstance(action, a.Warn)
+    assert action.reason == a.WARN_FINISHED_WHILE_GATED
 
 
 def test_ungated_pod_with_pending_workload_is_reported():
     pod = o.pod(gated=False, phase="Running")
     (action,) = d.decide(pod, [o.workload(pod, "pending")], ctx())
-    assert isinstance(action, d.Warn)
-    assert action.reason == d.WARN_UNGATED_NOT_ADMITTED
+    assert isinstance(action, a.Warn)
+    assert action.reason == a.WARN_UNGATED_NOT_ADMITTED
 
 
 def test_decisions_are_idempotent_on_the_state_they_produce():
@@ -409,7 +456,7 @@ def test_decisions_are_idempotent_on_the_state_they_produce():
     pod = o.pod(gated=False, phase="Running", ready=True)
     wl = o.workload(pod, "admitted")
     (action,) = d.decide(pod, [wl], ctx())
-    body = w.status_apply_body(wl, [w.ConditionUpdate(w.PODS_READY, action.ready, action.reason,
+    body = ws.status_apply_body(wl, [ws.ConditionUpdate(w.PODS_READY, action.ready, action.reason,
                                                       action.message)], o.T2)
     wl["status"]["conditions"] += body["status"]["conditions"]
     assert d.decide(pod, [wl], ctx()) == []
@@ -419,5 +466,5 @@ def test_pods_ready_is_not_written_when_turned_off():
     pod = o.pod(gated=False, phase="Running", ready=True)
     wl = o.workload(pod, "admitted")
     (action,) = d.decide(pod, [wl], ctx())
-    assert isinstance(action, d.SetPodsReady) and action.ready
+    assert isinstance(action, a.SetPodsReady) and action.ready
     assert d.decide(pod, [wl], ctx(pods_ready=False)) == []

@@ -9,7 +9,7 @@ import threading
 import pytest
 from prometheus_client import REGISTRY
 
-from controller import decide as d
+from controller import actions as a
 from controller import workload as w
 from controller.config import ControllerConfig
 from controller.loop import Controller
@@ -137,14 +137,14 @@ def test_head_first_lifecycle_and_four_writes_per_pod():
         assert w.condition(wl, w.PODS_READY)["reason"] == "Started"
 
     # Scale-down: the autoscaler deletes the worker (kwok removes it at once).
-    world.delete(f"/api/v1/namespaces/{NS}/pods/rc-worker-a")
-    world.calls.pop()
+    with world.unrecorded():
+        world.delete(f"/api/v1/namespaces/{NS}/pods/rc-worker-a")
     world.deliver()
     drain(ctl, world)
     # Its Workload goes with it (quota free at once), the head's stays.
     assert world.get_obj("workloads", NS, wl_name(worker)) is None
     assert world.get_obj("workloads", NS, wl_name(head)) is not None
-    assert counter("raykueue_workloads_deleted_total", reason=d.FINISHED_POD_DELETED) >= 1
+    assert counter("raykueue_workloads_deleted_total", reason=a.FINISHED_POD_DELETED) >= 1
 
     worker_writes = [call for call in world.writes()]
     assert worker_writes.count(("create", "workloads")) == 2
@@ -211,7 +211,7 @@ def test_pod_that_succeeds_and_stays_keeps_a_finished_workload():
     drain(ctl, world)
     finished = world.get_obj("workloads", NS, wl_name(head))
     cond = w.condition(finished, w.FINISHED)
-    assert cond["status"] == "True" and cond["reason"] == d.FINISHED_SUCCEEDED
+    assert cond["status"] == "True" and cond["reason"] == a.FINISHED_SUCCEEDED
     # PodsReady survives the finish: each apply carries every condition we own.
     assert w.condition(finished, w.PODS_READY)["status"] == "True"
 
@@ -304,7 +304,7 @@ def test_restart_adopts_and_finishes_what_vanished():
     assert ("create", "workloads") not in world.writes()
     assert world.writes() == [("apply", "workloads/status")]
     cond = w.condition(world.get_obj("workloads", NS, wl_name(gone)), w.FINISHED)
-    assert cond["reason"] == d.FINISHED_OWNER_NOT_FOUND
+    assert cond["reason"] == a.FINISHED_OWNER_NOT_FOUND
     # The pod was confirmed gone with a GET before its quota was released.
     assert ("get", "pods") in world.calls
 
@@ -340,7 +340,7 @@ def test_lift_refused_by_a_test_op_is_retried_on_fresh_state():
     # Someone added a gate in front of ours; our pod cache has not seen it.
     live = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
     live["spec"]["schedulingGates"].insert(0, {"name": "example.com/other"})
-    world.objects[("pods", NS, head["metadata"]["name"])] = live
+    world.put("pods", live)
     for cache in world.caches:
         if cache.plural == "workloads":
             cache.sync()
@@ -390,7 +390,7 @@ def test_node_selector_conflict_is_reported_on_pod_and_workload_once():
     ctl.queue.add((NS, head["metadata"]["name"]))
     drain(ctl, world)
     assert [(kind, reason) for kind, _, reason, _ in recorder.events] == [
-        ("Pod", d.CONFLICT_NODE_SELECTOR), ("Workload", d.CONFLICT_NODE_SELECTOR)]
+        ("Pod", a.CONFLICT_NODE_SELECTOR), ("Workload", a.CONFLICT_NODE_SELECTOR)]
     gates = world.get_obj("pods", NS, head["metadata"]["name"])["spec"]["schedulingGates"]
     assert gates == [{"name": c.GATE}]
     assert list(ctl.conflicts()) == [f"{NS}/{head['metadata']['name']}"]
@@ -429,7 +429,7 @@ def test_eviction_condition_event_delete_then_finish(caplog):
     assert [(kind, reason) for kind, _, reason, _ in recorder.events] == [("Pod", "Evicted")]
     assert world.get_obj("pods", NS, worker["metadata"]["name"]) is None
     cond = w.condition(world.get_obj("workloads", NS, wl_name(worker)), w.FINISHED)
-    assert cond["reason"] == d.FINISHED_EVICTED
+    assert cond["reason"] == a.FINISHED_EVICTED
 
     caplog.set_level(logging.WARNING, logger="raykueue.controller")
     evict(world, wl_name(head))
@@ -461,14 +461,14 @@ def test_kueue_managed_pod_is_left_alone_and_reported_once():
     pod = o.pod(c.ROLE_HEAD)
     pod["spec"]["schedulingGates"].append({"name": c.KUEUE_POD_GATE})
     pod = world.put("pods", pod)
-    before = counter("raykueue_conflicts_total", kind=d.CONFLICT_KUEUE_POD)
+    before = counter("raykueue_conflicts_total", kind=a.CONFLICT_KUEUE_POD)
     ctl, recorder = controller(world)
     drain(ctl, world)
     ctl.queue.add((NS, pod["metadata"]["name"]))
     drain(ctl, world)
     assert world.writes() == []
     assert len(recorder.events) == 1
-    assert counter("raykueue_conflicts_total", kind=d.CONFLICT_KUEUE_POD) == before + 1
+    assert counter("raykueue_conflicts_total", kind=a.CONFLICT_KUEUE_POD) == before + 1
     summary = ctl.conflicts()
     assert c.KUEUE_POD_GATE in summary[f"{NS}/{pod['metadata']['name']}"]
 
@@ -487,7 +487,7 @@ def test_kueue_created_workload_for_our_pod_is_a_conflict():
     ctl, _ = controller(world)
     drain(ctl, world)
     assert world.writes() == []
-    assert d.CONFLICT_KUEUE_WORKLOAD in ctl.conflicts()[f"{NS}/{pod['metadata']['name']}"]
+    assert a.CONFLICT_KUEUE_WORKLOAD in ctl.conflicts()[f"{NS}/{pod['metadata']['name']}"]
 
 
 # --- problems that need a human ----------------------------------------------------------
@@ -501,7 +501,7 @@ def test_missing_priority_class_warns_once_and_queues_when_created():
     drain(ctl, world)
     ctl.queue.add((NS, head["metadata"]["name"]))
     drain(ctl, world)
-    assert [reason for _, _, reason, _ in recorder.events] == [d.WARN_PRIORITY_CLASS]
+    assert [reason for _, _, reason, _ in recorder.events] == [a.WARN_PRIORITY_CLASS]
     assert world.of("workloads") == []
     world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))
     world.deliver()
@@ -556,7 +556,7 @@ def test_workload_orphaned_by_its_pods_deletion_is_finished():
     ctl, _ = controller(world)
     drain(ctl, world)
     cond = w.condition(world.get_obj("workloads", NS, wl_name(gone)), w.FINISHED)
-    assert cond["reason"] == d.FINISHED_OWNER_NOT_FOUND
+    assert cond["reason"] == a.FINISHED_OWNER_NOT_FOUND
 
 
 def test_workload_whose_owner_reference_was_removed_by_hand_stays_the_pods():
@@ -584,3 +584,43 @@ def test_pod_losing_our_label_while_watched_keeps_its_workload():
     world.deliver()  # the watch reports it DELETED: it no longer matches our selector
     drain(ctl, world)
     assert world.writes() == []
+
+
+# --- the Reader asks the API server only what the caches cannot say ----------------------
+
+
+def test_pod_deleted_while_watched_needs_no_live_check():
+    world, ctl, head = running_head()
+    with world.unrecorded():
+        world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
+    world.deliver()
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(head)) is None
+    assert ("get", "pods") not in world.calls  # its last state said it was deleted
+
+
+def test_orphaned_workload_needs_no_live_check():
+    world = World()
+    seed(world)
+    orphan = o.workload(o.pod(c.ROLE_WORKER), "admitted")
+    orphan["metadata"]["ownerReferences"] = []
+    world.put("workloads", orphan)
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.writes() == [("apply", "workloads/status")]
+    assert ("get", "pods") not in world.calls  # the pod cache answers for orphans
+
+
+def test_live_check_that_fails_is_retried():
+    world = World()
+    seed(world)
+    gone = o.pod(c.ROLE_WORKER)
+    world.put("workloads", o.workload(gone, "admitted"))
+    ctl, _ = controller(world)
+    world.fail_next["get"] = ApiError(503, "ServiceUnavailable", {"message": "try later"})
+    key = ctl.queue.get(timeout=0)
+    assert not ctl.process(key)  # nothing finished on a guess
+    assert world.writes() == []
+    drain(ctl, world)
+    cond = w.condition(world.get_obj("workloads", NS, wl_name(gone)), w.FINISHED)
+    assert cond["reason"] == a.FINISHED_OWNER_NOT_FOUND

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import jsonpatch
 import pytest
 
 from controller import patches
 from tests.unit import controller_objects as o
-from tests.unit.controller_world import apply_json_patch
 from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
@@ -21,7 +21,7 @@ def test_lift_guards_uid_and_gate_position_then_removes_the_gate():
         {"op": "test", "path": "/spec/schedulingGates/1", "value": {"name": c.GATE}},
         {"op": "remove", "path": "/spec/schedulingGates/1"},
     ]
-    assert apply_json_patch(pod, ops)["spec"]["schedulingGates"] == [
+    assert jsonpatch.apply_patch(pod, ops)["spec"]["schedulingGates"] == [
         {"name": "example.com/first"}]
 
 
@@ -32,7 +32,7 @@ def test_lift_adds_selector_keys_escaped_and_appends_tolerations():
     assert {"op": "add", "path": "/spec/nodeSelector/cloud.google.com~1gke-accelerator",
             "value": "a100"} in ops
     assert {"op": "add", "path": "/spec/tolerations/-", "value": tol} in ops
-    after = apply_json_patch(pod, ops)
+    after = jsonpatch.apply_patch(pod, ops)
     assert after["spec"]["nodeSelector"] == {"team": "a",
                                              "cloud.google.com/gke-accelerator": "a100"}
     assert after["spec"]["tolerations"][-1] == tol
@@ -43,7 +43,7 @@ def test_lift_creates_selector_and_tolerations_when_the_pod_has_none():
     pod["spec"].pop("nodeSelector", None)
     pod["spec"].pop("tolerations")
     ops = patches.lift_gate_ops(pod, {"pool": "a100"}, [{"key": "k", "operator": "Exists"}])
-    after = apply_json_patch(pod, ops)
+    after = jsonpatch.apply_patch(pod, ops)
     assert after["spec"]["nodeSelector"] == {"pool": "a100"}
     assert after["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
 

@@ -11,9 +11,11 @@ import copy
 
 import pytest
 
+from controller import actions as a
 from controller import decide as d
+from controller import pods as p
 from controller import workload as w
-from controller.loop import slim_workload
+from controller.caches import slim_workload
 from tests.unit import controller_objects as o
 from tests.unit.test_controller_decide import ctx
 
@@ -33,7 +35,7 @@ def forged(pod, **changes) -> dict:
 
 
 def lifts(actions) -> bool:
-    return any(isinstance(a, d.LiftGate) for a in actions)
+    return any(isinstance(x, a.LiftGate) for x in actions)
 
 
 def test_our_own_workload_matches_its_pod_and_lifts():
@@ -60,8 +62,8 @@ def test_smaller_requests_than_the_pod_keep_the_gate():
         assert "request" in (w.mismatch(shape, pod) or "")
         actions = d.decide(pod, [shape], ctx())
         assert not lifts(actions)
-        conflict = next(a for a in actions if isinstance(a, d.ReportConflict))
-        assert conflict.kind == d.CONFLICT_FORGED_WORKLOAD
+        conflict = next(x for x in actions if isinstance(x, a.ReportConflict))
+        assert conflict.kind == a.CONFLICT_FORGED_WORKLOAD
         assert conflict.workload == wl["metadata"]["name"]
 
 
@@ -103,8 +105,8 @@ def test_another_name_is_never_the_pods_workload():
     actions = d.decide(pod, [wl], ctx())
     assert not lifts(actions)
     # It is finished as a stray, and the pod gets the Workload we would make.
-    assert d.FinishWorkload("mine-honest", d.FINISHED_DUPLICATE, actions[0].message) == actions[0]
-    create = next(a for a in actions if isinstance(a, d.CreateWorkload))
+    assert a.FinishWorkload("mine-honest", a.FINISHED_DUPLICATE, actions[0].message) == actions[0]
+    create = next(x for x in actions if isinstance(x, a.CreateWorkload))
     assert create.body["metadata"]["name"] == w.workload_name(pod)
 
 
@@ -121,12 +123,12 @@ def test_a_running_pod_is_not_judged_again():
     pod = o.pod(gated=False, phase="Running", ready=True)
     wl = forged(pod, **{"spec.queueName": "elsewhere"})
     (action,) = d.decide(pod, [wl], ctx())
-    assert isinstance(action, d.SetPodsReady)
+    assert isinstance(action, a.SetPodsReady)
 
 
 def test_sizing_fingerprint_sees_init_containers_overhead_and_sidecars():
     base = o.pod()["spec"]
-    seen = {w.sizing_fingerprint(base)}
+    seen = {p.sizing_fingerprint(base)}
     for edit in ("init", "overhead", "sidecar"):
         spec = copy.deepcopy(base)
         if edit == "init":
@@ -137,9 +139,9 @@ def test_sizing_fingerprint_sees_init_containers_overhead_and_sidecars():
         else:
             spec.setdefault("initContainers", []).append(
                 {"name": "s", "restartPolicy": "Always", "resources": {}})
-        seen.add(w.sizing_fingerprint(spec))
+        seen.add(p.sizing_fingerprint(spec))
     assert len(seen) == 4
     # Fields that do not size the pod do not matter (the image, our gate).
     spec = copy.deepcopy(base)
     spec["containers"][0]["image"] = "other:tag"
-    assert w.sizing_fingerprint(spec) == w.sizing_fingerprint(base)
+    assert p.sizing_fingerprint(spec) == p.sizing_fingerprint(base)

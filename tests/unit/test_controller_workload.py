@@ -6,7 +6,9 @@ import re
 
 import pytest
 
+from controller import admission as adm
 from controller import workload as w
+from controller import workload_status as ws
 from tests.unit import controller_objects as o
 from webhooks import contract as c
 
@@ -153,16 +155,16 @@ def test_state_readers(version):
     assert w.priority_class_name(admitted) == "ray-worker"
     assert w.priority_value(admitted) == 100
     assert w.queue_name(admitted) == "team-a"
-    assert w.cluster_queue(admitted) == o.CQ
-    assert w.cluster_queue(pending) is None
+    assert adm.cluster_queue(admitted) == o.CQ
+    assert adm.cluster_queue(pending) is None
 
 
 def test_assigned_flavors_are_distinct():
     pod = o.pod()
     wl = o.workload(pod, "admitted")
     wl["status"]["admission"]["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"] = "gpu-b"
-    assert w.assigned_flavors(wl) == ["gpu-a100", "gpu-b"]
-    assert w.assigned_flavors(o.workload(pod, "pending")) == []
+    assert adm.assigned_flavors(wl) == ["gpu-a100", "gpu-b"]
+    assert adm.assigned_flavors(o.workload(pod, "pending")) == []
 
 
 def test_owner_and_pod_uid():
@@ -196,7 +198,7 @@ def test_admission_check_updates_for_main():
         "podSetUpdates": [{"name": "main", "nodeSelector": {"zone": "a"}},
                           {"name": "other", "nodeSelector": {"zone": "b"}}],
     }]
-    assert w.admission_check_updates(wl) == [{"name": "main", "nodeSelector": {"zone": "a"}}]
+    assert adm.admission_check_updates(wl) == [{"name": "main", "nodeSelector": {"zone": "a"}}]
 
 
 # --- status apply -----------------------------------------------------------------------
@@ -205,7 +207,7 @@ def test_admission_check_updates_for_main():
 def test_status_body_carries_only_our_conditions():
     pod = o.pod()
     wl = o.workload(pod, "admitted")
-    body = w.status_apply_body(wl, [w.ConditionUpdate(w.FINISHED, True, "PodDeleted", "gone")],
+    body = ws.status_apply_body(wl, [ws.ConditionUpdate(w.FINISHED, True, "PodDeleted", "gone")],
                                "2026-12-02T10:00:00Z")
     assert body["apiVersion"] == "kueue.x-k8s.io/v1beta2"
     assert body["kind"] == "Workload"
@@ -219,7 +221,7 @@ def test_status_body_carries_only_our_conditions():
 def test_status_body_keeps_our_other_condition_so_apply_does_not_drop_it():
     pod = o.pod()
     wl = o.workload(pod, "admitted", pods_ready="True")
-    body = w.status_apply_body(wl, [w.ConditionUpdate(w.FINISHED, True, "Succeeded", "done")],
+    body = ws.status_apply_body(wl, [ws.ConditionUpdate(w.FINISHED, True, "Succeeded", "done")],
                                "2026-12-02T10:00:00Z")
     types = [x["type"] for x in body["status"]["conditions"]]
     assert types == ["PodsReady", "Finished"]
@@ -229,18 +231,18 @@ def test_status_body_keeps_our_other_condition_so_apply_does_not_drop_it():
 def test_transition_time_moves_only_when_status_flips():
     pod = o.pod()
     wl = o.workload(pod, "admitted", pods_ready="True")
-    same = w.status_apply_body(
-        wl, [w.ConditionUpdate(w.PODS_READY, True, "Recovered", "x")], "2026-12-02T10:00:00Z")
+    same = ws.status_apply_body(
+        wl, [ws.ConditionUpdate(w.PODS_READY, True, "Recovered", "x")], "2026-12-02T10:00:00Z")
     assert same["status"]["conditions"][0]["lastTransitionTime"] == o.T1
-    flipped = w.status_apply_body(
-        wl, [w.ConditionUpdate(w.PODS_READY, False, "WaitForRecovery", "x")],
+    flipped = ws.status_apply_body(
+        wl, [ws.ConditionUpdate(w.PODS_READY, False, "WaitForRecovery", "x")],
         "2026-12-02T10:00:00Z")
     assert flipped["status"]["conditions"][0]["lastTransitionTime"] == "2026-12-02T10:00:00Z"
 
 
 def test_long_messages_are_truncated():
     wl = o.workload(o.pod(), "admitted")
-    body = w.status_apply_body(wl, [w.ConditionUpdate(w.FINISHED, True, "Failed", "x" * 5000)],
+    body = ws.status_apply_body(wl, [ws.ConditionUpdate(w.FINISHED, True, "Failed", "x" * 5000)],
                                "2026-12-02T10:00:00Z")
     assert len(body["status"]["conditions"][0]["message"]) == 1024
 
