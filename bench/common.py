@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import devstack
-from devstack.stack import kueue_pod_integration
+from devstack.kueue_shipped import kueue_pod_integration
 from kube.resources import crd
 from kube.rest import ApiError, Rest
 from tests.reviews import creatable_pod

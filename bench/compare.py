@@ -52,7 +52,11 @@ from bench.common import (  # noqa: E402
     start_raykueue,
     worker_pod,
 )
-from devstack.stack import KUEUE_POD_GATE, register_kueue_pod_webhooks, unregister_kueue_pod_webhooks  # noqa: E402
+from devstack.kueue_shipped import (  # noqa: E402
+    KUEUE_POD_GATE,
+    register_kueue_pod_webhooks,
+    unregister_kueue_pod_webhooks,
+)
 from kube.client import load_api_client  # noqa: E402
 from kube.resources import PODS  # noqa: E402
 from kube.rest import ApiError, Rest  # noqa: E402

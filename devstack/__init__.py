@@ -7,7 +7,8 @@
 
 Binaries come from controlplane/build.sh (RAYKUEUE_BIN_DIR); a stack lives in
 RAYKUEUE_STACK_DIR (default ~/.cache/raykueue/stack) with its kubeconfig,
-state.json and logs/.
+state.json and logs/. RAYKUEUE_KUEUE=minimal|shipped picks which Kueue it runs
+(devstack/kueue_shipped.py).
 """
 
 from .config import Nodes, Samples, StackConfig, default_bin_dir, default_stack_dir

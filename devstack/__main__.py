@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(st, indent=2))
         else:
-            print(f"tier {st['tier']}  server {st['server']}  ready={st['apiserver_ready']}")
+            print(f"tier {st['tier']}  kueue {st['kueue_mode']}  server {st['server']}  "
+                  f"ready={st['apiserver_ready']}")
             print(f"kubeconfig {st['kubeconfig']}")
             print(f"owner {st['owner']}  test sessions using it: {st['users'] or 'none'}")
             for name, c in st["components"].items():

@@ -11,6 +11,21 @@ TIERS = ("api", "e2e")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# Which Kueue a stack runs: devstack/kueue_shipped.py says what each means.
+KUEUE_MODES = ("minimal", "shipped")
+KUEUE_MODE_ENV = "RAYKUEUE_KUEUE"
+
+
+def check_kueue_mode(mode: str) -> str:
+    if mode not in KUEUE_MODES:
+        raise ValueError(f"{KUEUE_MODE_ENV} must be one of {', '.join(KUEUE_MODES)}, not {mode!r}")
+    return mode
+
+
+def default_kueue_mode() -> str:
+    return check_kueue_mode(os.environ.get(KUEUE_MODE_ENV) or "minimal")
+
+
 def default_bin_dir() -> Path:
     return Path(os.environ.get("RAYKUEUE_BIN_DIR") or Path.home() / ".cache/raykueue/bin")
 
@@ -61,6 +76,9 @@ class StackConfig:
     # Deep-merged over the generated Kueue configuration (config.kueue.x-k8s.io/v1beta2),
     # e.g. {"waitForPodsReady": {"timeout": "5m"}, "featureGates": {...}}.
     kueue_config: dict = field(default_factory=dict)
+    # "minimal" (batch/job only, no Kueue webhooks) or "shipped" (Kueue as users
+    # install it); devstack/kueue_shipped.py. Default from RAYKUEUE_KUEUE.
+    kueue_mode: str = field(default_factory=default_kueue_mode)
 
     @property
     def share_dir(self) -> Path:

@@ -106,6 +106,9 @@ _KINDS = {
     ("v1", "Namespace"): ("/api/v1", "namespaces", False),
     ("v1", "Node"): ("/api/v1", "nodes", False),
     ("v1", "ConfigMap"): ("/api/v1", "configmaps", True),
+    ("v1", "Service"): ("/api/v1", "services", True),
+    ("apiregistration.k8s.io/v1", "APIService"):
+        ("/apis/apiregistration.k8s.io/v1", "apiservices", False),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
         ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import copy
 import fcntl
 import hashlib
 import json
@@ -33,8 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from . import pki
-from .config import TIERS, StackConfig
+from . import kueue_shipped, pki
+from .config import KUEUE_MODE_ENV, TIERS, StackConfig
 from .kubeapi import KubeApi, KubeError, object_path
 
 STATE_VERSION = 1
@@ -143,14 +142,18 @@ def _tls_port_open(port: int) -> bool:
     return False
 
 
-def _deep_merge(base: dict, extra: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+def _hard_coded_pair(cert_dir: Path, name: str) -> None:
+    """Kueue exits unless tls.crt/tls.key exist in `cert_dir`, a path compiled into it."""
+    pair = pki.Pair(cert_dir / "tls.crt", cert_dir / "tls.key")
+    if pair.cert.exists() and pair.key.exists():
+        return
+    try:
+        pki.self_signed(pair, name)
+    except PermissionError as e:
+        raise StackError(
+            f"kueue: it insists on {cert_dir}/tls.crt and tls.key (a hard-coded path) and "
+            f"devstack cannot write them ({e}); create any self-signed pair there"
+        ) from e
 
 
 @dataclass
@@ -182,6 +185,8 @@ class Stack:
         # "manual" (scripts/cluster up: stays up) or "session" (a test session started
         # it: the last session using it stops it)
         self.owner: str = "manual"
+        # [kueue-mode] which Kueue this stack runs (kueue_shipped.MODES)
+        self.kueue_mode: str = config.kueue_mode
         self._popen: dict[str, subprocess.Popen] = {}
 
     # ---- paths ------------------------------------------------------------
@@ -237,6 +242,7 @@ class Stack:
             "ports": self.ports,
             "started_at": self.started_at,
             "owner": self.owner,
+            "kueue_mode": self.kueue_mode,  # [kueue-mode]
             "crds_digest": self.crds_digest,
             "crd_names": self.crd_names,
             "components": {n: p.__dict__ for n, p in self.procs.items()},
@@ -260,6 +266,7 @@ class Stack:
         stack.etcd_data = state.get("etcd_data")
         stack.started_at = state.get("started_at", 0.0)
         stack.owner = state.get("owner", "manual")
+        stack.kueue_mode = state.get("kueue_mode", kueue_shipped.MINIMAL)  # [kueue-mode]
         stack.crds_digest = state.get("crds_digest")
         stack.crd_names = state.get("crd_names") or []
         stack.procs = {n: Proc(**p) for n, p in state.get("components", {}).items()}
@@ -296,6 +303,7 @@ class Stack:
         return {
             "tier": self.tier,
             "owner": self.owner,
+            "kueue_mode": self.kueue_mode,  # [kueue-mode]
             "users": _live_users(self.dir),
             "stack_dir": str(self.dir),
             "kubeconfig": str(self.kubeconfig),
@@ -472,13 +480,9 @@ class Stack:
             # It taints every new Node not-ready until node-lifecycle-controller clears it;
             # that controller would also evict pods when kwok's heartbeat is late.
             "--disable-admission-plugins=TaintNodesByCondition",
-            # Only so that the other components find a requestheader CA (quiet logs);
-            # no front-proxy client certificate is ever issued.
-            f"--requestheader-client-ca-file={self.ca_file}",
-            "--requestheader-allowed-names=front-proxy-client",
-            "--requestheader-username-headers=X-Remote-User",
-            "--requestheader-group-headers=X-Remote-Group",
-            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            # [kueue-mode] The aggregation layer (Kueue's visibility API when shipped);
+            # the same in both modes so that the API server never depends on the mode.
+            *kueue_shipped.apiserver_aggregation_flags(*kueue_shipped.ensure_aggregation_pki(d)),
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
@@ -561,45 +565,34 @@ class Stack:
         want = self.config.nodes.count
         return len(ready) >= want, f"{len(ready)}/{want} kwok nodes Ready"
 
-    def _kueue_config(self, health: int, webhook: int) -> dict:
-        cfg = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-            "namespace": KUEUE_NAMESPACE,
-            "manageJobsWithoutQueueName": False,
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"host": "127.0.0.1", "port": webhook,
-                        "certDir": str(self.dir / "kueue" / "webhook-certs")},
-            # Only batch/job: Kueue's pod and ray.io integrations must stay off.
-            "integrations": {"frameworks": ["batch/job"]},
-            "featureGates": {"VisibilityOnDemand": False},
-        }
-        return _deep_merge(cfg, self.config.kueue_config)
+    def _kueue_config(self, health: int, webhook: int, visibility: int | None = None) -> dict:
+        # [kueue-mode] minimal: batch/job only; shipped: Kueue's own configuration.
+        shipped = self.kueue_mode == kueue_shipped.SHIPPED
+        base = (kueue_shipped.shipped_module().manager_config if shipped
+                else kueue_shipped.MINIMAL_BASE)
+        listen = kueue_shipped.Listeners(health=health, webhook=webhook,
+                                         webhook_cert_dir=self.dir / "kueue" / "webhook-certs",
+                                         visibility=visibility if shipped else None)
+        return kueue_shipped.kueue_configuration(base, KUEUE_NAMESPACE, listen,
+                                                 self.config.kueue_config)
 
     def _start_kueue(self) -> None:
-        health, webhook = free_ports(2)
+        health, webhook, visibility = free_ports(3)
         self.ports["kueue"] = health
         kdir = self.dir / "kueue"
         pki.self_signed(pki.Pair(kdir / "webhook-certs/tls.crt", kdir / "webhook-certs/tls.key"),
                         "kueue-webhook")
-        metrics = pki.Pair(KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key")
-        if not (metrics.cert.exists() and metrics.key.exists()):
-            try:
-                pki.self_signed(metrics, "kueue-metrics")
-            except PermissionError as e:
-                raise StackError(
-                    f"kueue: it insists on {KUEUE_METRICS_CERT_DIR}/tls.crt and tls.key "
-                    f"(a hard-coded path) and devstack cannot write them ({e}); "
-                    f"create any self-signed pair there"
-                ) from e
+        _hard_coded_pair(KUEUE_METRICS_CERT_DIR, "kueue-metrics")
+        ports = {"health": health, "webhook": webhook}
+        if self.kueue_mode == kueue_shipped.SHIPPED:  # [kueue-mode]
+            _hard_coded_pair(kueue_shipped.VISIBILITY_CERT_DIR, "kueue-visibility")
+            ports["visibility"] = visibility
         config_file = kdir / "config.yaml"
-        config_file.write_text(yaml.safe_dump(self._kueue_config(health, webhook), sort_keys=False))
+        config_file.write_text(yaml.safe_dump(
+            self._kueue_config(health, webhook, ports.get("visibility")), sort_keys=False))
         self._spawn("kueue", [
             str(self.binary("kueue")), f"--config={config_file}", f"--kubeconfig={self.kubeconfig}",
-        ], {"health": health, "webhook": webhook}, env={"KUBECONFIG": str(self.kubeconfig)})
+        ], ports, env={"KUBECONFIG": str(self.kubeconfig)})
 
     def _check_kueue(self) -> tuple[bool, str]:
         ports = self.procs["kueue"].ports
@@ -738,73 +731,6 @@ class Stack:
                     "metadata": {"name": obj["metadata"]["name"]}, "status": obj["status"]})
 
 
-# ---- Kueue's own pod integration (for side-by-side benchmarks) ----------------------
-# Paths, webhook names and rules as Kueue v0.19.2 ships them in
-# config/components/webhook/manifests.yaml (mpod.kb.io, vpod.kb.io); the configuration
-# names carry the "kueue-" prefix its kustomization adds.
-KUEUE_POD_MUTATE_PATH = "/mutate--v1-pod"
-KUEUE_POD_VALIDATE_PATH = "/validate--v1-pod"
-KUEUE_MUTATING_CONFIG = "kueue-mutating-webhook-configuration"
-KUEUE_VALIDATING_CONFIG = "kueue-validating-webhook-configuration"
-KUEUE_POD_GATE = "kueue.x-k8s.io/admission"
-
-
-def kueue_pod_integration(namespace_selector: dict) -> dict:
-    """A `StackConfig.kueue_config` overlay turning Kueue's `pod` integration on.
-
-    Kueue only manages pods in namespaces matching `namespace_selector`
-    (its managedJobsNamespaceSelector), so raykueue's namespaces stay its own.
-    """
-    return {"integrations": {"frameworks": ["batch/job", "pod"]},
-            "managedJobsNamespaceSelector": copy.deepcopy(namespace_selector)}
-
-
-def kueue_webhook_ca(stack: Stack) -> Path:
-    """The CA of the self-signed pair `_start_kueue` gives Kueue's webhook server."""
-    return stack.dir / "kueue" / "webhook-certs" / "tls-ca.crt"
-
-
-def kueue_pod_webhook_configurations(url_base: str, ca_bundle_pem: bytes,
-                                     namespace_selector: dict) -> list[dict]:
-    """Kueue's pod mutating (CREATE) and validating (CREATE, UPDATE) webhooks, by URL."""
-    import base64
-
-    ca_b64 = base64.b64encode(ca_bundle_pem).decode()
-    base = url_base.rstrip("/")
-
-    def hook(name: str, path: str, operations: list[str]) -> dict:
-        return {
-            "name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
-            "failurePolicy": "Fail", "namespaceSelector": copy.deepcopy(namespace_selector),
-            "clientConfig": {"url": base + path, "caBundle": ca_b64},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
-                       "resources": ["pods"]}],
-        }
-
-    return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-         "metadata": {"name": KUEUE_MUTATING_CONFIG},
-         "webhooks": [hook("mpod.kb.io", KUEUE_POD_MUTATE_PATH, ["CREATE"])]},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-         "metadata": {"name": KUEUE_VALIDATING_CONFIG},
-         "webhooks": [hook("vpod.kb.io", KUEUE_POD_VALIDATE_PATH, ["CREATE", "UPDATE"])]},
-    ]
-
-
-def register_kueue_pod_webhooks(stack: Stack, namespace_selector: dict) -> list[dict]:
-    """Point the API server at the stack's Kueue manager for pods in matching namespaces."""
-    port = stack.procs["kueue"].ports["webhook"]
-    objs = kueue_pod_webhook_configurations(f"https://127.0.0.1:{port}",
-                                            kueue_webhook_ca(stack).read_bytes(), namespace_selector)
-    return [stack.api.apply(object_path(o), o) for o in objs]
-
-
-def unregister_kueue_pod_webhooks(stack: Stack) -> None:
-    for o in kueue_pod_webhook_configurations("https://unused", b"", {}):
-        with contextlib.suppress(KubeError):
-            stack.api.delete(object_path(o))
-
-
 def _condition(obj: dict, ctype: str) -> str | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == ctype:
@@ -850,6 +776,11 @@ def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = Fa
             log("found a stale stack; cleaning it up")
             _down(stack, keep_logs=True)
             stack = None
+        if stack is not None and stack.kueue_mode != config.kueue_mode:
+            # [kueue-mode] never serve one mode's tests from the other's stack
+            _other_mode(stack, config.kueue_mode, user_pid, log)
+            _down(stack, keep_logs=True)
+            stack = None
         if stack is None:
             stack = Stack(config)
             stack.dir.mkdir(parents=True, exist_ok=True)
@@ -872,6 +803,20 @@ def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = Fa
             raise
         log(f"{tier} stack ready in {time.monotonic() - t0:.1f}s; KUBECONFIG={stack.kubeconfig}")
         return stack, started
+
+
+def _other_mode(stack: Stack, wanted: str, user_pid: int | None,
+                log: Callable[[str], None]) -> None:
+    """A stack runs the other Kueue mode: it may go if only a finished session started it."""
+    others = [p for p in _live_users(stack.dir) if p != user_pid]
+    if stack.owner != "session" or others:
+        who = f"sessions {others} use it" if others else "it was started by hand (`up`)"
+        raise StackError(
+            f"the stack at {stack.dir} runs Kueue {stack.kueue_mode!r} but {wanted!r} was asked "
+            f"({KUEUE_MODE_ENV}); {who}, so it is left alone. Stop it "
+            f"(python -m devstack down) or use another RAYKUEUE_STACK_DIR.")
+    log(f"the stack at {stack.dir} runs Kueue {stack.kueue_mode!r}, {wanted!r} was asked: "
+        f"restarting it")
 
 
 def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
@@ -947,6 +892,16 @@ def _bring_up(stack: Stack, tier: str, log: Callable[[str], None]) -> None:
                     failures[name] = str(e)
                 except KubeError as e:
                     failures[name] = f"{name}: {e}"
+        if stack.kueue_mode == kueue_shipped.SHIPPED and "kueue" in stack.procs \
+                and "kueue" not in failures:
+            # [kueue-mode] Kueue's webhooks and APIService, once Kueue serves them.
+            try:
+                t = time.monotonic()
+                kueue_shipped.register(stack)
+                stack.wait_ready("kueue", lambda: kueue_shipped.registered(stack))
+                log(f"Kueue's webhooks and visibility API registered ({time.monotonic() - t:.1f}s)")
+            except (StackError, KubeError) as e:
+                failures["kueue"] = f"kueue (registering its webhooks and APIService): {e}"
     if not failures:
         if stack.tier not in TIERS or TIERS.index(tier) > TIERS.index(stack.tier):
             stack.tier = tier

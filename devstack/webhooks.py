@@ -9,6 +9,7 @@ rules (selectors, matchConditions) an install ships, never a copy of them.
 from __future__ import annotations
 
 import base64
+import copy
 import os
 import tempfile
 from pathlib import Path
@@ -50,6 +51,25 @@ def shipped_webhook_configurations() -> list[dict]:
     return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
 
 
+def by_url(configs: list[dict], url_base: str, ca_bundle_pem: bytes | str) -> list[dict]:
+    """Copies of webhook configurations that call `url_base` + each service path instead.
+
+    Only the name of each configuration is kept: labels and annotations of an
+    install (e.g. cert-manager's inject-ca-from) mean nothing for a registration by URL.
+    """
+    if isinstance(ca_bundle_pem, str):
+        ca_bundle_pem = ca_bundle_pem.encode()
+    ca_b64 = base64.b64encode(ca_bundle_pem).decode()
+    base = url_base.rstrip("/")
+    out = copy.deepcopy(configs)
+    for config in out:
+        config["metadata"] = {"name": config["metadata"]["name"]}
+        for hook in config["webhooks"]:
+            service = hook["clientConfig"]["service"]
+            hook["clientConfig"] = {"url": base + service.get("path", "/"), "caBundle": ca_b64}
+    return out
+
+
 def webhook_configurations(
     url_base: str,
     ca_bundle_pem: bytes | str,
@@ -64,18 +84,9 @@ def webhook_configurations(
     so tests exercise the scope rules a real install has. The overrides are
     for tests that need a different failure policy, timeout or namespace scope.
     """
-    if isinstance(ca_bundle_pem, str):
-        ca_bundle_pem = ca_bundle_pem.encode()
-    ca_b64 = base64.b64encode(ca_bundle_pem).decode()
-    base = url_base.rstrip("/")
-    configs = shipped_webhook_configurations()
+    configs = by_url(shipped_webhook_configurations(), url_base, ca_bundle_pem)
     for config in configs:
-        # Only the name: labels and annotations of an install (e.g. cert-manager's
-        # inject-ca-from) have no meaning for a registration by URL.
-        config["metadata"] = {"name": config["metadata"]["name"]}
         for hook in config["webhooks"]:
-            service = hook["clientConfig"]["service"]
-            hook["clientConfig"] = {"url": base + service.get("path", "/"), "caBundle": ca_b64}
             if failure_policy is not None:
                 hook["failurePolicy"] = failure_policy
             if timeout_seconds is not None:

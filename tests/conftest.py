@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack.config import KUEUE_MODES
+
 from .stackfixtures import (  # noqa: F401 (fixtures)
     RaykueueServer,
     api_stack,
@@ -20,6 +22,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
     kubectl,
     new_namespace,
     raykueue_server,
+    shipped_stack,
     stack_owner,
     stack_summary,
 )
@@ -34,6 +37,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="leave a stack this session started running at its end")
     group.addoption("--stack-dir", default=None,
                     help="stack directory (default $RAYKUEUE_STACK_DIR or ~/.cache/raykueue/stack)")
+    group.addoption("--kueue", choices=KUEUE_MODES, default=None,
+                    help="which Kueue the stack runs (default $RAYKUEUE_KUEUE or minimal); "
+                         "see devstack/kueue_shipped.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:

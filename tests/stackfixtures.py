@@ -2,6 +2,9 @@
 
     api_stack        etcd + kube-apiserver + controller-manager + CRDs (started or reused)
     e2e_stack        the same stack upgraded with scheduler, kwok, Kueue and KubeRay
+    shipped_stack    an e2e stack running Kueue as shipped: the session's own stack when
+                     it runs that mode (--kueue=shipped, RAYKUEUE_KUEUE), else a second
+                     stack in <stack dir>-shipped
     kubectl          kubectl("get", "pods", "-A") -> CompletedProcess (never raises)
     k8s              kubernetes.client.ApiClient for the admin kubeconfig
     raykueue_server  `raykueue serve` on a free port, webhooks registered, stopped after
@@ -13,6 +16,7 @@ Logs stay in <stack dir>/logs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,6 +34,7 @@ from pathlib import Path
 import pytest
 
 import devstack
+from devstack.kueue_shipped import SHIPPED
 from devstack.stack import tail
 from webhooks.contract import (
     GATE,
@@ -90,6 +95,8 @@ def stack_owner(request: pytest.FixtureRequest) -> Iterator[StackOwner]:
     opt = request.config.getoption
     if opt("--stack-dir"):
         config.stack_dir = Path(opt("--stack-dir"))
+    if opt("--kueue"):
+        config.kueue_mode = opt("--kueue")
     owner = StackOwner(config, keep=opt("--keep-stack"))
     request.config.stash[_OWNER_KEY] = owner
     yield owner
@@ -117,6 +124,22 @@ def api_stack(stack_owner: StackOwner) -> devstack.Stack:
 @pytest.fixture(scope="session")
 def e2e_stack(stack_owner: StackOwner) -> devstack.Stack:
     return stack_owner.ensure("e2e")
+
+
+@pytest.fixture(scope="session")
+def shipped_stack(request: pytest.FixtureRequest,
+                  stack_owner: StackOwner) -> Iterator[devstack.Stack]:
+    """An e2e stack with Kueue as users install it (devstack/kueue_shipped.py)."""
+    if stack_owner.config.kueue_mode == SHIPPED:
+        yield stack_owner.ensure("e2e")
+        return
+    config = dataclasses.replace(stack_owner.config, kueue_mode=SHIPPED,
+                                 stack_dir=Path(f"{stack_owner.config.stack_dir}-shipped"))
+    owner = StackOwner(config, keep=stack_owner.keep)
+    try:
+        yield owner.ensure("e2e")
+    finally:
+        owner.finish()
 
 
 @pytest.fixture(scope="session")
@@ -331,9 +354,14 @@ def new_namespace(api_stack: devstack.Stack) -> Iterator[Callable[..., str]]:
     Returns once the namespace's default ServiceAccount exists, so pods can be
     created in it at once.
     """
+    yield from namespaces(api_stack)
+
+
+def namespaces(stack: devstack.Stack) -> Iterator[Callable[..., str]]:
+    """The body of `new_namespace`, for any stack (a fixture generator's `yield from`)."""
     import uuid
 
-    api = api_stack.api
+    api = stack.api
     made: list[str] = []
 
     def make(prefix: str = "t", labels: dict[str, str] | None = None) -> str:

@@ -94,7 +94,7 @@ def test_tiers_and_ports():
 
 
 def test_kueue_pod_integration_overlay_turns_pod_on_only_in_selected_namespaces(tmp_path):
-    from devstack.stack import kueue_pod_integration
+    from devstack.kueue_shipped import kueue_pod_integration
 
     selector = {"matchLabels": {"bench.raykueue.io/system": "kueue"}}
     stack = Stack(StackConfig(stack_dir=tmp_path, kueue_config=kueue_pod_integration(selector)))
@@ -106,7 +106,7 @@ def test_kueue_pod_integration_overlay_turns_pod_on_only_in_selected_namespaces(
 
 
 def test_kueue_pod_webhooks_match_what_kueue_ships():
-    from devstack.stack import kueue_pod_webhook_configurations
+    from devstack.kueue_shipped import kueue_pod_webhook_configurations
 
     selector = {"matchLabels": {"team": "x"}}
     mutating, validating = kueue_pod_webhook_configurations("https://127.0.0.1:7000/", b"CA", selector)
