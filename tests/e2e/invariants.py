@@ -102,6 +102,9 @@ class Invariants:
         meta = wl["metadata"]
         self.counts[f"workloads {event.lower()}"] += 1
         for ref in meta.get("ownerReferences") or []:
+            # A gang's base is raykueue's own, owned by its RayCluster (docs/GANG.md).
+            if w.is_ours(wl):
+                break
             if ref.get("kind") in RAY and event == "ADDED" and self._opted_in_owner(ref):
                 self._fail(f"Kueue made Workload {meta['name']} for opted-in {ref['kind']} {ref['name']}")
         if not w.is_ours(wl):

@@ -1,0 +1,211 @@
+"""Gang start on the shipped stack: two clusters that each need a head and 4 workers, room for one.
+
+With `raykueue.io/gang: "true"` one cluster starts whole and the other waits
+whole (not one pod released, no Workload of it admitted) until the first goes;
+without it, pod-by-pod admission leaves both half started. `GangWatch` watches
+the namespace for the whole scenario: never a running raykueue pod without an
+admitted Workload covering it (its own, or its gang's base).
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+import urllib.request
+from typing import Any
+
+from controller import gang_decide as gd
+from controller import workload as w
+from kube import resources as r
+from kube.cache import WatchCache
+from kube.rest import Rest
+from tests.e2e.invariants import WORKLOADS
+from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+    RAYCLUSTERS,
+    admin,
+    controller,
+    gated,
+    pods,
+    queue,
+    raycluster,
+    role,
+    running,
+    webhooks,
+)
+from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
+from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
+from tests.waiting import wait_for
+from webhooks import contract as c
+
+BASE = 5  # head + 4 min workers
+
+
+def cluster(name: str, gang: bool) -> dict[str, Any]:
+    obj = raycluster(name, BASE - 1, cpu="500m", memory="512Mi")
+    obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = BASE - 1
+    if gang:
+        obj["metadata"]["annotations"][c.GANG_ANNOTATION] = "true"
+    return obj
+
+
+def ours(pod: dict[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
+
+
+class GangWatch:
+    """Every pod and Workload change of a namespace, checked as it happens."""
+
+    def __init__(self, api: Rest, ns: str) -> None:
+        self.admin, self.ns = api, ns
+        self.violations: list[str] = []
+        self.held: set[str] = set()  # clusters none of whose pods may be released
+        self.created: dict[str, float] = {}  # pod uid -> when the watch first saw it
+        self.released: dict[str, float] = {}  # pod uid -> when it was first seen ungated
+        self.cluster_of: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.pods = WatchCache(api, r.PODS, namespace=ns)
+        self.workloads = WatchCache(api, WORKLOADS, namespace=ns)
+        self.pods.add_handler(self._pod)
+        self.workloads.add_handler(self._workload)
+
+    def __enter__(self) -> GangWatch:
+        for cache in (self.workloads, self.pods):
+            cache.start()
+            assert cache.wait_synced(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cache in (self.pods, self.workloads):
+            cache.stop()
+
+    def _covered(self, pod: dict[str, Any], wls: list[dict[str, Any]]) -> bool:
+        uid = pod["metadata"]["uid"]
+        gang = pod["metadata"]["labels"].get(c.GANG_LABEL)
+        for wl in wls:
+            if not w.is_admitted(wl) or w.is_finished(wl):
+                continue
+            if w.pod_uid_of(wl) == uid or (gang and gd.is_base(wl)
+                                           and wl["metadata"]["labels"].get(c.GANG_LABEL) == gang):
+                return True
+        return False
+
+    def _pod(self, event: str, pod: dict[str, Any]) -> None:
+        if not ours(pod) or event == "DELETED":
+            return
+        meta = pod["metadata"]
+        name = meta["labels"].get(c.CLUSTER_LABEL, "")
+        now = time.monotonic()
+        with self._lock:
+            self.created.setdefault(meta["uid"], now)
+            self.cluster_of[meta["uid"]] = name
+            if gated(pod) or meta.get("deletionTimestamp"):
+                return
+            self.released.setdefault(meta["uid"], now)
+            if name in self.held:
+                self.violations.append(f"pod {meta['name']} of held cluster {name} released")
+        if not self._covered(pod, self.workloads.list(self.ns)):
+            # The Workload watch may lag the pod watch: ask the API server.
+            fresh = self.admin.get(WORKLOADS.path(self.ns))["items"]
+            if not self._covered(pod, fresh):
+                with self._lock:
+                    self.violations.append(f"pod {meta['name']} runs without an admitted Workload")
+
+    def _workload(self, event: str, wl: dict[str, Any]) -> None:
+        name = (wl["metadata"].get("labels") or {}).get(c.CLUSTER_LABEL, "")
+        with self._lock:
+            if event != "DELETED" and name in self.held and w.is_quota_reserved(wl):
+                self.violations.append(f"Workload {wl['metadata']['name']} of held cluster "
+                                       f"{name} holds quota")
+
+    def release_window(self, name: str) -> float:
+        """Seconds from the last base pod seen created to the last base pod seen released."""
+        with self._lock:
+            uids = [u for u, n in self.cluster_of.items() if n == name and u in self.released]
+            return max(self.released[u] for u in uids) - max(self.created[u] for u in uids)
+
+    def assert_held(self) -> None:
+        with self._lock:
+            assert not self.violations, "gang invariants broken:\n" + "\n".join(self.violations)
+
+
+def api_writes(server: RaykueueServer) -> float:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    with urllib.request.urlopen(server.url + "/metrics", context=context, timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("raykueue_api_writes_total{"))
+
+
+def started(api: Rest, ns: str, name: str) -> list[dict[str, Any]]:
+    return [p for p in pods(api, ns, name) if running(p) and not gated(p)]
+
+
+def waiting_whole(api: Rest, ns: str, name: str) -> bool:
+    live = [p for p in pods(api, ns, name) if not p["metadata"].get("deletionTimestamp")]
+    return len(live) == BASE and all(gated(p) for p in live)
+
+
+def base_of(api: Rest, ns: str, name: str) -> dict[str, Any] | None:
+    for wl in api.get(WORKLOADS.path(ns))["items"]:
+        if gd.is_base(wl) and wl["metadata"]["labels"].get(c.GANG_LABEL) == name:
+            return wl
+    return None
+
+
+def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue):  # noqa: F811
+    ns = queue(cpu="3", memory="3Gi")  # room for one cluster of 5 x 500m, not two
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        gw.held.add("b")
+        admin.create(RAYCLUSTERS.path(ns), cluster("a", gang=True))
+        wait_for(lambda: len(started(admin, ns, "a")) == BASE, timeout=120,
+                 message="cluster a started whole")
+        base = base_of(admin, ns, "a")
+        assert base is not None and w.is_admitted(base)
+        assert {ps["name"]: ps["count"] for ps in base["spec"]["podSets"]} == {"head": 1, "cpu": 4}
+        (ref,) = base["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["controller"]) == ("RayCluster", "a", False)
+        window = gw.release_window("a")
+
+        admin.create(RAYCLUSTERS.path(ns), cluster("b", gang=True))
+        wait_for(lambda: waiting_whole(admin, ns, "b") and base_of(admin, ns, "b") is not None,
+                 timeout=120, message="cluster b's five pods gated and its base Workload queued")
+        b_base = base_of(admin, ns, "b")
+        assert b_base is not None and not w.is_quota_reserved(b_base)
+        # Nothing of b holds quota: only a's base does.
+        assert not [x for x in admin.get(WORKLOADS.path(ns))["items"]
+                    if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == "b" and not gd.is_base(x)]
+
+        with gw._lock:
+            gw.held.discard("b")
+        admin.delete(RAYCLUSTERS.path(ns, "a"))
+        wait_for(lambda: len(started(admin, ns, "b")) == BASE, timeout=180,
+                 message="cluster b started whole once a was gone")
+        writes = api_writes(controller)
+        created = len(gw.created)
+        gw.assert_held()
+    print(f"\nGANG: base release window {window:.2f}s (cluster a); "
+          f"API writes {writes:.0f} for {created} pods = {writes / created:.2f} per pod")
+
+
+def test_without_the_annotation_both_clusters_half_start(admin, controller, queue):  # noqa: F811
+    """The state gang start exists to prevent: quota held by two clusters neither complete."""
+    ns = queue(cpu="3", memory="3Gi")
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        for name in ("a", "b"):
+            admin.create(RAYCLUSTERS.path(ns), cluster(name, gang=False))
+
+        def half_started() -> tuple[int, int] | None:
+            counts = (len(started(admin, ns, "a")), len(started(admin, ns, "b")))
+            return counts if len(started(admin, ns, "a")) + len(started(admin, ns, "b")) == 6 else None
+
+        counts = wait_for(half_started, timeout=120, message="six of ten pods started")
+        # Both heads hold quota, so at most one cluster is whole and the other holds
+        # quota it cannot use (how the six split depends on Kueue's order).
+        for name in ("a", "b"):
+            assert any(role(p) == "head" for p in started(admin, ns, name))
+        assert any(0 < n < BASE for n in counts), f"a cluster part-started: {counts}"
+        writes = api_writes(controller)
+        created = len(gw.created)
+        gw.assert_held()
+    print(f"\nNO GANG: API writes {writes:.0f} for {created} pods = {writes / created:.2f} per pod")
