@@ -126,3 +126,20 @@ def test_base_pods_ready_sets_podsready_once() -> None:
     assert [type(x) for _, x in steps] == [a.SetPodsReady]
     base["status"]["conditions"].append({"type": w.PODS_READY, "status": "True"})
     assert gd.decide_gang(pods, {}, base, CTX)[0] == []
+
+
+def test_explain_names_the_gang_the_pods_place_and_what_it_waits_for() -> None:
+    from controller.explain import explain_pod
+    from tests.unit.controller_world import World
+    world = World()
+    world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))
+    pods = [world.put("pods", x) for x in cluster(1)]
+    text = explain_pod(world, "team-a", pods[1]["metadata"]["name"])  # type: ignore[arg-type]
+    assert "gang raycluster-gpu: in the base (podSet gpu-group)" in text
+    assert "1 of group gpu-group missing" in text
+    base = world.put("workloads", base_for(cluster(2), "pending"))
+    extra = world.put("pods", gang_pod(c.ROLE_WORKER, 9))
+    world.put("pods", gang_pod(c.ROLE_WORKER, 8))
+    text = explain_pod(world, "team-a", extra["metadata"]["name"])  # type: ignore[arg-type]
+    assert "an extra" in text and "waiting for Kueue to admit the base" in text
+    assert base["metadata"]["name"] in text
