@@ -122,6 +122,8 @@ class Invariants:
                 if exc.is_not_found:
                     return
                 raise
+            if (pod["metadata"].get("labels") or {}).get(c.GANG_LABEL):
+                return  # an extra moved into its gang's base (tests/e2e/test_gang.py checks cover)
             if pod["metadata"]["uid"] == owner[1] and not pod["metadata"].get("deletionTimestamp"):
                 self._fail(f"Workload {meta['name']} was deleted while its pod {owner[0]} lives")
 

@@ -22,10 +22,13 @@ from kube.cache import WatchCache
 from kube.rest import Rest
 from tests.e2e.invariants import WORKLOADS
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+    CQS,
     RAYCLUSTERS,
     admin,
     controller,
+    cq_cpu_reaches,
     gated,
+    millicores,
     pods,
     queue,
     raycluster,
@@ -207,3 +210,91 @@ def test_without_the_annotation_both_clusters_half_start(admin, controller, queu
         created = len(gw.created)
         gw.assert_held()
     print(f"\nNO GANG: API writes {writes:.0f} for {created} pods = {writes / created:.2f} per pod")
+
+
+class QuotaWatch:
+    """Quota the ClusterQueue holds against the pods that run, on every change of either.
+
+    Excess is reserved cpu beyond what the namespace's released, not deleting
+    raykueue pods request (500m each): quota held for pods that are gone. Each
+    stretch of excess is timed; the longest is the settle window.
+    """
+
+    def __init__(self, api: Rest, ns: str) -> None:
+        self.ns, self.cq = ns, f"e2e-{ns}"
+        self.pods = WatchCache(api, r.PODS, namespace=ns)
+        self.cqs = WatchCache(api, CQS)
+        self.windows: list[float] = []
+        self._since: float | None = None
+        self._lock = threading.Lock()
+        for cache in (self.pods, self.cqs):
+            cache.add_handler(lambda *_: self._check())
+
+    def __enter__(self) -> QuotaWatch:
+        for cache in (self.pods, self.cqs):
+            cache.start()
+            assert cache.wait_synced(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cache in (self.pods, self.cqs):
+            cache.stop()
+
+    def excess(self) -> int:
+        cq = self.cqs.get(None, self.cq) or {}
+        held = sum(millicores(res.get("total", "0"))
+                   for flavor in (cq.get("status") or {}).get("flavorsReservation") or []
+                   for res in flavor.get("resources") or [] if res["name"] == "cpu")
+        live = [p for p in self.pods.list(self.ns) if ours(p) and not gated(p)
+                and not p["metadata"].get("deletionTimestamp")]
+        return held - 500 * len(live)
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.excess() > 0:
+                self._since = self._since if self._since is not None else now
+            elif self._since is not None:
+                self.windows.append(now - self._since)
+                self._since = None
+
+    def open_excess(self) -> bool:
+        with self._lock:
+            return self._since is not None
+
+
+def scale(api: Rest, ns: str, name: str, replicas: int, victims: list[str]) -> None:
+    group = cluster(name, gang=True)["spec"]["workerGroupSpecs"][0]
+    group.update(replicas=replicas, minReplicas=2, scaleStrategy={"workersToDelete": victims})
+    api.merge_patch(RAYCLUSTERS.path(ns, name), {"spec": {"workerGroupSpecs": [group]}})
+
+
+def own_workload_pods(api: Rest, ns: str) -> set[str]:
+    return {w.pod_uid_of(x) or "" for x in api.get(WORKLOADS.path(ns))["items"]
+            if w.is_ours(x) and not gd.is_base(x) and not x["metadata"].get("deletionTimestamp")}
+
+
+def test_scale_down_of_base_pods_moves_extras_in_and_quota_follows(admin, controller, queue):  # noqa: F811
+    """The autoscaler deletes base workers while extras live: each extra moves into the base."""
+    ns = queue(cpu="10", memory="10Gi")
+    with watched(admin, ns), GangWatch(admin, ns) as gw, QuotaWatch(admin, ns) as qw:
+        obj = cluster("a", gang=True)
+        obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = 2  # base: head + 2; 2 extras
+        admin.create(RAYCLUSTERS.path(ns), obj)
+        wait_for(lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
+                 timeout=120, message="head, 2 base workers and 2 extras running")
+        cq_cpu_reaches(admin, ns, 2500)
+        for replicas in (3, 2):
+            extras = own_workload_pods(admin, ns)
+            base_workers = sorted(p["metadata"]["name"] for p in started(admin, ns, "a")
+                                  if p["metadata"]["uid"] not in extras
+                                  and p["metadata"]["labels"][c.NODE_TYPE_LABEL] == "worker")
+            scale(admin, ns, "a", replicas, base_workers[:1])
+            wait_for(lambda r=replicas: len(own_workload_pods(admin, ns)) == r - 2
+                     and len(started(admin, ns, "a")) == r + 1,
+                     timeout=120, message=f"an extra moved into the base ({replicas} workers)")
+            cq_cpu_reaches(admin, ns, 500 * (replicas + 1))
+        wait_for(lambda: not qw.open_excess(), timeout=30, message="no quota held for gone pods")
+        gw.assert_held()
+    print(f"\nGANG SCALE-DOWN: quota held beyond live pods for at most "
+          f"{max(qw.windows, default=0.0):.2f}s ({len(qw.windows)} stretches)")
