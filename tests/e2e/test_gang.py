@@ -298,3 +298,32 @@ def test_scale_down_of_base_pods_moves_extras_in_and_quota_follows(admin, contro
         gw.assert_held()
     print(f"\nGANG SCALE-DOWN: quota held beyond live pods for at most "
           f"{max(qw.windows, default=0.0):.2f}s ({len(qw.windows)} stretches)")
+
+
+def test_api_writes_per_pod_with_and_without_gang(admin, controller, queue):  # noqa: F811
+    """One cluster of 5, started, running Ready, then deleted: raykueue's writes, each way."""
+    ns = queue(cpu="10", memory="10Gi")
+    per_pod: dict[bool, float] = {}
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        for gang in (False, True):
+            name = "g" if gang else "p"
+            before = api_writes(controller)
+            admin.create(RAYCLUSTERS.path(ns), cluster(name, gang=gang))
+            wait_for(lambda n=name: len(started(admin, ns, n)) == BASE, timeout=120,
+                     message=f"cluster {name} running")
+
+            def ready(n: str = name) -> bool:
+                wls = [x for x in admin.get(WORKLOADS.path(ns))["items"]
+                       if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == n]
+                return bool(wls) and all(w.is_true(x, w.PODS_READY) for x in wls)
+
+            wait_for(ready, timeout=120, message=f"PodsReady on every Workload of {name}")
+            admin.delete(RAYCLUSTERS.path(ns, name))
+            wait_for(lambda n=name: not pods(admin, ns, n) and not [
+                x for x in admin.get(WORKLOADS.path(ns))["items"]
+                if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == n],
+                timeout=120, message=f"cluster {name} and its Workloads gone")
+            per_pod[gang] = (api_writes(controller) - before) / BASE
+        gw.assert_held()
+    print(f"\nWRITES PER POD: pod by pod {per_pod[False]:.2f}, gang {per_pod[True]:.2f}")
+    assert per_pod[True] < per_pod[False]
