@@ -327,3 +327,29 @@ def test_api_writes_per_pod_with_and_without_gang(admin, controller, queue):  # 
         gw.assert_held()
     print(f"\nWRITES PER POD: pod by pod {per_pod[False]:.2f}, gang {per_pod[True]:.2f}")
     assert per_pod[True] < per_pod[False]
+
+
+def test_preemption_takes_an_extra_never_the_base(admin, controller, queue):  # noqa: F811
+    """b's base (head priority) needs room a's extras (worker priority) hold: one extra goes."""
+    ns = queue(cpu="3500m", memory="3584Mi", preemption=True)  # room for 7 pods
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        a_obj = cluster("a", gang=True)
+        a_obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = 2  # base: head + 2; 2 extras
+        admin.create(RAYCLUSTERS.path(ns), a_obj)
+        wait_for(lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
+                 timeout=120, message="a: head, 2 base workers and 2 extras running")
+        a_base = base_of(admin, ns, "a")
+        assert a_base is not None
+        a_base_pods = {p["metadata"]["uid"] for p in started(admin, ns, "a")} - own_workload_pods(admin, ns)
+
+        b_obj = cluster("b", gang=True)
+        b_obj["spec"]["workerGroupSpecs"][0].update(replicas=2, minReplicas=2)
+        admin.create(RAYCLUSTERS.path(ns), b_obj)
+        wait_for(lambda: len(started(admin, ns, "b")) == 3, timeout=120, message="b started whole")
+        # a keeps its base (same Workload, same pods) and one extra; the other extra was taken.
+        wait_for(lambda: len(started(admin, ns, "a")) == 4, timeout=60, message="a down to 4 pods")
+        now_base = base_of(admin, ns, "a")
+        assert now_base is not None and now_base["metadata"]["uid"] == a_base["metadata"]["uid"]
+        assert w.is_admitted(now_base) and not w.is_evicted(now_base)
+        assert a_base_pods <= {p["metadata"]["uid"] for p in started(admin, ns, "a")}
+        gw.assert_held()
