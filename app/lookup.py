@@ -28,11 +28,12 @@ class Store(Protocol):
 
 
 def keep_metadata(kind: str):
-    """Transform for owner caches: a RayCluster's spec can be large and is never read here."""
+    """Transform for owner caches: a RayCluster's spec can be large; of it only
+    each worker group's name and minimum are kept (a gang's base, docs/GANG.md)."""
 
     def transform(obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.get("metadata") or {}
-        return {
+        out: dict[str, Any] = {
             "kind": kind,
             "metadata": {
                 k: meta[k]
@@ -41,6 +42,13 @@ def keep_metadata(kind: str):
                 if k in meta
             },
         }
+        if kind == c.RAYCLUSTER_KIND:
+            groups = (obj.get("spec") or {}).get("workerGroupSpecs")
+            if isinstance(groups, list):
+                out["spec"] = {"workerGroupSpecs": [
+                    {k: g[k] for k in ("groupName", "minReplicas", "numOfHosts") if k in g}
+                    for g in groups if isinstance(g, dict)]}
+        return out
 
     return transform
 

@@ -59,6 +59,14 @@ class DeleteWorkload:
 
 
 @dataclass(frozen=True, slots=True)
+class SetReclaimable:
+    """A gang's base hands slots back: its `status.reclaimablePods`, by podSet."""
+
+    workload: str
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class EvictPod:
     """Condition on the pod, event, delete; a FinishWorkload follows."""
 
@@ -94,7 +102,7 @@ class Wait:
 
 
 Action = (CreateWorkload | LiftGate | SetPodsReady | FinishWorkload | DeleteWorkload | EvictPod
-          | ReportConflict | Warn | Wait)
+          | ReportConflict | Warn | Wait | SetReclaimable)
 
 # Conflict kinds (metric label, event reason).
 CONFLICT_KUEUE_POD: Final = "KueueManagesPod"
@@ -109,6 +117,10 @@ FINISHED_POD_DELETED: Final = "PodDeleted"
 FINISHED_EVICTED: Final = "Evicted"
 FINISHED_OWNER_NOT_FOUND: Final = "OwnerNotFound"
 FINISHED_DUPLICATE: Final = "Duplicate"
+# A gang's extra whose own Workload goes because it fills a vacancy in the base.
+GANG_MOVED_IN: Final = "MovedIntoGang"
+# A gang's base deleted to be made again: its head went, or Kueue evicted it.
+GANG_REQUEUED: Final = "GangRequeued"
 
 WARN_PRIORITY_CLASS: Final = "PriorityClassNotFound"
 WARN_NO_QUEUE: Final = "NoQueue"

@@ -21,6 +21,7 @@ HANDLERS: Mapping[type, Handler] = MappingProxyType({
     a.ReportConflict: h.report_conflict,
     a.Warn: h.warn,
     a.Wait: h.wait,
+    a.SetReclaimable: h.set_reclaimable,
 })
 
 

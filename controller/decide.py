@@ -165,6 +165,9 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
         # Lifted already (its Workload since deleted by hand) or never ours to
         # gate: a Workload now would queue a pod that is already running.
         return []
+    if labels(pod).get(c.GANG_LABEL):
+        # Its cluster's pass decides: a slot in the base, or a Workload of its own.
+        return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
     role = p.role(pod) or c.ROLE_WORKER
     if role == c.ROLE_WORKER and ctx.head_first and not ctx.head_admitted:
         return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet")]

@@ -14,6 +14,7 @@ from typing import Any
 from controller import actions as a
 from controller import admission as adm
 from controller import decide as d
+from controller import gang_decide as gd
 from controller import pods as p
 from controller import workload as w
 from kube import resources as r
@@ -75,10 +76,15 @@ def verdict(pod: Obj, workloads: Sequence[Obj], ctx: d.Context) -> str:
 def explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None = None,
             local_queue: Obj | None = None, *, others: Sequence[Obj] = (),
             queue_peers: Sequence[Obj] = (), context: d.Context | None = None,
-            kueue_position: Obj | None = None, setup_notes: Sequence[str] = ()) -> str:
-    """Render one pod's state; `kueue_position` is its entry in Kueue's visibility API."""
+            kueue_position: Obj | None = None, setup_notes: Sequence[str] = (),
+            gang: str | None = None) -> str:
+    """Render one pod's state; `kueue_position` is its entry in Kueue's visibility API;
+    `gang` is the pod's place in its gang (`gang_decide.describe`)."""
     text = _explain(pod, workload, cluster_queue, local_queue, others, queue_peers, context,
                     kueue_position)
+    if gang:
+        first, rest = text.split("\n", 1)
+        text = f"{first}\n  gang:       {gang}\n{rest}"
     if setup_notes:
         text += "\n  Kueue setup:\n" + "\n".join(f"    {note}" for note in setup_notes)
     return text
@@ -156,6 +162,9 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
     others = [x for x in mine if x is not workload]
     if workload is None and others:
         workload, others = others[0], others[1:]
+    gang = _gang(rest, namespace, pod, items, workload) if gd.is_gang_pod(pod) else None
+    if gang is not None and workload is None:
+        workload = gang[1]  # a base pod: the base is what Kueue queues for it
 
     queue = w.queue_name(workload) if workload is not None else labels(pod).get(c.QUEUE_LABEL)
     local_queue = _get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(namespace, queue)
@@ -168,7 +177,23 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
     context = _context(rest, version, namespace, pod, workload, items)
     kueue_position = _visible_position(rest, namespace, queue, workload) if queue else None
     return explain(pod, workload, cluster_queue, local_queue, others=others, queue_peers=items,
-                   context=context, kueue_position=kueue_position, setup_notes=setup_notes)
+                   context=context, kueue_position=kueue_position, setup_notes=setup_notes,
+                   gang=gang[0] if gang is not None else None)
+
+
+def _gang(rest: Rest, namespace: str, pod: Obj, items: Sequence[Obj],
+          own: Obj | None) -> tuple[str, Obj | None]:
+    """The pod's place in its gang and what the gang waits for; the base Workload."""
+    cluster = str(labels(pod).get(c.GANG_LABEL))
+    members = [x for x in _items(rest.get(r.PODS.path(namespace), {
+        "labelSelector": f"{c.GANG_LABEL}={cluster}"})) if gd.is_gang_pod(x)]
+    owned = {p.uid(x): wl for x in members for wl in items
+             if w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(x) and not w.is_deleting(wl)
+             and not w.is_finished(wl)}
+    base = next((x for x in items if gd.is_base(x) and labels(x).get(c.GANG_LABEL) == cluster),
+                None)
+    _, plan = gd.decide_gang(members, owned, base, gd.GangContext())
+    return gd.describe(pod, plan, own is not None and own is owned.get(p.uid(pod))), base
 
 
 def _visible_position(rest: Rest, namespace: str, queue: str, workload: Obj | None) -> Obj | None:

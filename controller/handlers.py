@@ -151,12 +151,13 @@ def _observe_lift(env: Env, pod: Obj, wl: Obj | None) -> None:
         m.ADMITTED_TO_LIFTED.observe(max(now - seen, 0.0))
 
 
-def _set_condition(env: Env, at: Pass, name: str, update: ws.ConditionUpdate) -> bool:
+def _set_condition(env: Env, at: Pass, name: str, update: ws.ConditionUpdate | None,
+                   reclaim: Mapping[str, int] | None = None) -> bool:
     wl = at.workloads.get(name)
     if wl is None:
         return False
     ns = str(metadata(wl).get("namespace") or at.key[0])
-    body = ws.status_apply_body(wl, [update], now_rfc3339())
+    body = ws.status_apply_body(wl, [update] if update else [], now_rfc3339(), reclaim)
     path = workload_resource(env.version).path(ns, name, "status")
     try:
         applied = env.write("apply", "workloads/status", lambda: env.rest.apply(
@@ -164,7 +165,8 @@ def _set_condition(env: Env, at: Pass, name: str, update: ws.ConditionUpdate) ->
     except ApiError as exc:
         if exc.is_not_found:
             return False  # already garbage-collected: its quota is free
-        raise Retry(f"setting {update.type} on Workload {name}: {exc}") from exc
+        what = update.type if update else "reclaimablePods"
+        raise Retry(f"setting {what} on Workload {name}: {exc}") from exc
     if isinstance(applied, dict):
         slim = slim_workload(applied)
         env.state.remember("workload", (ns, name), wl, slim)
@@ -175,6 +177,12 @@ def _set_condition(env: Env, at: Pass, name: str, update: ws.ConditionUpdate) ->
 def set_pods_ready(env: Env, action: a.SetPodsReady, at: Pass) -> None:
     _set_condition(env, at, action.workload, ws.ConditionUpdate(
         w.PODS_READY, action.ready, action.reason, action.message))
+
+
+def set_reclaimable(env: Env, action: a.SetReclaimable, at: Pass) -> None:
+    if _set_condition(env, at, action.workload, None, action.counts):
+        log.info("%s: gang base %s hands back %s", at.key[0], action.workload,
+                 ", ".join(f"{n} of {k}" for k, n in sorted(action.counts.items())))
 
 
 def finish_workload(env: Env, action: a.FinishWorkload, at: Pass) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 
 from controller import actions as a
 from controller import decide as d
+from controller import gang_decide as gd
 from controller import metrics as m
 from controller import pods as p
 from controller import workload as w
@@ -160,6 +161,7 @@ class Controller:
         self.state.pod_event(event, pod)
         key = p.key(pod)
         self.queue.add(key)
+        self._enqueue_gang(pod)
         cluster = p.cluster(pod)
         if cluster and p.role(pod) == c.ROLE_HEAD:
             self._enqueue_waiting_workers(key[0], cluster)
@@ -172,6 +174,9 @@ class Controller:
         self.state.workload_event(event, wl, key, self._clock() if self.synced else None)
         self.queue.add(key)
         cluster = labels(wl).get(c.CLUSTER_LABEL)
+        owner = self.caches.pods.get(*key) if self.caches is not None else None
+        if owner is not None:
+            self._enqueue_gang(owner)  # an extra's Workload came or went
         if cluster and labels(wl).get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD:
             self._enqueue_waiting_workers(key[0], cluster)
 
@@ -183,6 +188,11 @@ class Controller:
             if p.is_gated(pod):
                 self.queue.add(p.key(pod))
 
+    def _enqueue_gang(self, pod: Obj) -> None:
+        gang = labels(pod).get(c.GANG_LABEL)
+        if gang:
+            self.queue.add((p.key(pod)[0], gd.key_name(gang)))
+
     def _enqueue_waiting_workers(self, ns: str, cluster: str) -> None:
         for name in self.state.waiting_members(ns, cluster):
             self.queue.add((ns, name))
@@ -191,6 +201,7 @@ class Controller:
         assert self.caches is not None
         for pod in self.caches.pods.list():
             self.queue.add(p.key(pod))
+            self._enqueue_gang(pod)
         for wl in self.caches.workloads.list():
             key = owner_key(wl)
             if key is not None and w.is_ours(wl):
@@ -226,6 +237,9 @@ class Controller:
     def reconcile(self, key: Key) -> list[a.Action]:
         """One pass for one pod key: read, decide, apply; returns the actions."""
         assert self._reader is not None and self._env is not None, "start() first"
+        cluster = gd.cluster_of_key(key[1])
+        if cluster is not None:
+            return self.reconcile_gang(key[0], cluster)
         facts = self._reader.read(key)
         actions = d.decide(facts.pod, facts.workloads, facts.ctx)
         self._track_conflicts(key, actions)
@@ -235,6 +249,20 @@ class Controller:
         if facts.pod is None:
             self.state.forget_pod(key, facts.ctx.departed)
         return actions
+
+    def reconcile_gang(self, ns: str, cluster: str) -> list[a.Action]:
+        """One pass for one gang cluster: each step applies as its pod's (or the base's) pass."""
+        assert self._reader is not None and self._env is not None, "start() first"
+        facts = self._reader.gang(ns, cluster)
+        steps, _ = gd.decide_gang(facts.pods, facts.own, facts.base, facts.ctx)
+        by_name = {p.name(x): x for x in facts.pods}
+        workloads = {p.name(x): x for x in [*facts.own.values(), facts.base] if x is not None}
+        key = (ns, gd.key_name(cluster))
+        for pod_name, action in steps:
+            at = (Pass((ns, pod_name), by_name.get(pod_name), workloads) if pod_name
+                  else Pass(key, None, workloads))
+            apply(self._env, action, at)
+        return [x for _, x in steps]
 
     def _track_conflicts(self, key: Key, actions: Iterable[a.Action]) -> None:
         conflict = next((x for x in actions if isinstance(x, a.ReportConflict)), None)

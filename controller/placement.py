@@ -11,14 +11,15 @@ from controller.actions import CONFLICT_NODE_SELECTOR, Action, LiftGate, ReportC
 from webhooks.objects import Obj
 
 
-def lift(pod: Obj, wl: Obj, known_flavors: Mapping[str, Obj]) -> list[Action]:
+def lift(pod: Obj, wl: Obj, known_flavors: Mapping[str, Obj],
+         pod_set: str = adm.POD_SET) -> list[Action]:
     """The gate lift of an admitted pod, or why it cannot happen yet.
 
     The flavors' node labels and tolerations, and what admission checks ask
     for, are added to the pod; its own nodeSelector may not disagree with them
     (the API server only lets a gated pod's placement grow).
     """
-    flavors = adm.assigned_flavors(wl)
+    flavors = adm.assigned_flavors(wl, pod_set)
     missing = [f for f in flavors if f not in known_flavors]
     if missing:
         return [Wait(f"ResourceFlavor {', '.join(missing)} not in the cache yet")]
@@ -29,7 +30,7 @@ def lift(pod: Obj, wl: Obj, known_flavors: Mapping[str, Obj]) -> list[Action]:
         wanted.update(flavor_spec.get("nodeLabels") or {})
         wanted_tolerations += [t for t in flavor_spec.get("tolerations") or []
                                if isinstance(t, dict)]
-    for update in adm.admission_check_updates(wl):
+    for update in adm.admission_check_updates(wl, pod_set):
         wanted.update(update.get("nodeSelector") or {})
         wanted_tolerations += [t for t in update.get("tolerations") or [] if isinstance(t, dict)]
 

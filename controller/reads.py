@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller import decide as d
+from controller import gang_decide as gd
 from controller import pods as p
 from controller import workload as w
 from controller.caches import Caches
@@ -22,7 +23,7 @@ from controller.state import ORPHANS, Key, State
 from kube import resources as r
 from kube.rest import ApiError, Rest
 from webhooks import contract as c
-from webhooks.objects import Obj, metadata
+from webhooks.objects import Obj, labels, metadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,16 @@ class Facts:
     pod: Obj | None
     workloads: list[Obj]
     ctx: d.Context
+
+
+@dataclass(frozen=True, slots=True)
+class GangFacts:
+    """What one gang cluster's pass decides on."""
+
+    pods: list[Obj]
+    own: dict[str, Obj]  # pod uid -> its own (extra) Workload
+    base: Obj | None
+    ctx: gd.GangContext
 
 
 class Reader:
@@ -75,7 +86,8 @@ class Reader:
             if owner is not None:
                 if owner[0] == pod_name:
                     found.append(wl)
-            elif not w.is_ours(wl):
+            elif not w.is_ours(wl) or labels(wl).get(c.GANG_LABEL):
+                # Not ours, or a gang's base (its cluster's pass handles it).
                 continue
             elif pod is not None:
                 # Its owner reference was removed by hand: our label still says whose it is.
@@ -84,6 +96,25 @@ class Reader:
             elif pod_name == ORPHANS and w.pod_uid_of(wl) not in live_uids:
                 found.append(wl)
         return found
+
+    def gang(self, ns: str, cluster: str) -> GangFacts:
+        """A gang cluster's pods, their own Workloads, its base and the context."""
+        pods = [x for x in (self.pod((ns, name)) for name in self.state.members(ns, cluster))
+                if x is not None and gd.is_gang_pod(x)]
+        own: dict[str, Obj] = {}
+        for pod in pods:
+            wl = self.workload(ns, w.workload_name(pod))
+            if (wl is not None and w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(pod)
+                    and not w.is_deleting(wl) and not w.is_finished(wl)):
+                own[p.uid(pod)] = wl
+        base: Obj | None = None
+        ref = next((r for r in map(gd.raycluster_ref, pods) if r is not None), None)
+        if ref is not None:
+            base = self.workload(ns, gd.base_name(cluster, str(ref["uid"])))
+        ctx = self._context(None, None, None)
+        return GangFacts(pods, own, base, gd.GangContext(
+            version=self.version, pods_ready=self.config.pods_ready, flavors=ctx.flavors,
+            priority_values=ctx.priority_values))
 
     def _live_pod_uid(self, key: Key) -> str | None:
         try:

@@ -23,7 +23,7 @@ from controller import pods as p
 from controller import workload as w
 from kube.cache import DELETED
 from webhooks import contract as c
-from webhooks.objects import Obj, metadata
+from webhooks.objects import Obj, labels, metadata
 
 Key = tuple[str, str]  # (namespace, pod name)
 Kind = Literal["pod", "workload"]
@@ -31,11 +31,17 @@ Kind = Literal["pod", "workload"]
 # (a pod deleted with propagationPolicy=Orphan) are reconciled: nothing else
 # would ever finish them, and they would hold quota for good.
 ORPHANS = ""
+# Key names of gang clusters' passes (`controller.gang_decide`); ':' is in no pod name.
+GANG_KEY_PREFIX = "gang:"
 
 
 def owner_key(wl: Obj) -> Key | None:
     """The key whose pass handles this Workload; None if it is not ours to handle."""
     owner = w.owner_pod(wl)
+    gang = labels(wl).get(c.GANG_LABEL)
+    if owner is None and gang and w.is_ours(wl):
+        # A gang's base: owned by the RayCluster, handled by the cluster's pass.
+        return str(metadata(wl).get("namespace") or ""), GANG_KEY_PREFIX + gang
     if owner is None and not w.is_ours(wl):
         return None
     return str(metadata(wl).get("namespace") or ""), owner[0] if owner is not None else ORPHANS
@@ -114,6 +120,10 @@ class State:
     def heads(self, ns: str, cluster: str) -> list[str]:
         with self._lock:
             return list(self._cluster_heads.get((ns, cluster), ()))
+
+    def members(self, ns: str, cluster: str) -> list[str]:
+        with self._lock:
+            return sorted(self._cluster_pods.get((ns, cluster), ()))
 
     def waiting_members(self, ns: str, cluster: str) -> list[str]:
         """Pods of the cluster that have no Workload yet."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,7 +27,15 @@ def truncate_message(message: str) -> str:
     return message[: _MAX_MESSAGE - 3] + "..."
 
 
-def status_apply_body(wl: Obj, updates: Iterable[ConditionUpdate], now: str) -> dict[str, Any]:
+def reclaimable(wl: Obj) -> dict[str, int]:
+    status = wl.get("status")
+    items = status.get("reclaimablePods") if isinstance(status, dict) else None
+    return {str(x.get("name")): int(x.get("count") or 0)
+            for x in items if isinstance(x, dict)} if isinstance(items, list) else {}
+
+
+def status_apply_body(wl: Obj, updates: Iterable[ConditionUpdate], now: str,
+                      reclaim: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Server-side apply body for the Workload's status subresource.
 
     A JSON merge patch would replace the whole conditions list and so clobber
@@ -35,7 +43,8 @@ def status_apply_body(wl: Obj, updates: Iterable[ConditionUpdate], now: str) -> 
     keyed by type: we own the entries we send and nothing else. An applier
     that leaves out an entry it owned gives it up (and it is removed if no one
     else owns it), so each apply carries every condition we own (PodsReady,
-    Finished) as it stands, plus the updates. As in `meta.SetStatusCondition`,
+    Finished) as it stands, plus the updates; likewise a gang base's
+    `reclaimablePods` (ours alone), replaced by `reclaim` when given. As in `meta.SetStatusCondition`,
     lastTransitionTime moves only when the status flips.
     """
     wanted = {u.type: u for u in updates}
@@ -65,9 +74,13 @@ def status_apply_body(wl: Obj, updates: Iterable[ConditionUpdate], now: str) -> 
         entries.append(entry)
     version = str(wl.get("apiVersion") or api_version(V1BETA2))
     meta = metadata(wl)
+    status: dict[str, Any] = {"conditions": entries}
+    counts = dict(reclaim) if reclaim is not None else reclaimable(wl)
+    if counts:
+        status["reclaimablePods"] = [{"name": k, "count": n} for k, n in sorted(counts.items())]
     return {
         "apiVersion": version,
         "kind": KIND,
         "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
-        "status": {"conditions": entries},
+        "status": status,
     }

@@ -91,6 +91,8 @@ class Manage:
     # Kueue's pod webhook took the pod earlier in this request (its label, gate
     # and finalizer are on it); the patch takes it back.
     taken_from_kueue: bool = False
+    # A gang cluster (docs/GANG.md): each worker group's base count, by group.
+    gang: Mapping[str, int] | None = None
 
 
 Decision = Skip | Deny | Manage
@@ -162,6 +164,10 @@ def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
             "name: use a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
         )
 
+    gang = gang_minimum(ctx)
+    if isinstance(gang, Deny):
+        return gang
+
     pod_priority, warnings = _pod_priority(pod, ctx, policy, role)
     return Manage(
         role=role,
@@ -172,6 +178,7 @@ def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
         pod_priority=pod_priority,
         warnings=warnings,
         taken_from_kueue=taken,
+        gang=gang,
     )
 
 
@@ -209,6 +216,41 @@ def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
             "KubeRay. If this persists, check that raykueue can watch RayClusters"
         )
     return Skip("not opted in")
+
+
+def gang_minimum(ctx: Context) -> dict[str, int] | Deny | None:
+    """Each worker group's base count when the nearest owner opts in to gang start.
+
+    The counts come from the RayCluster's spec (minReplicas times numOfHosts,
+    as KubeRay creates pods); None when the cluster does not opt in.
+    """
+    for owner in ctx.owners:
+        value = annotations(owner).get(c.GANG_ANNOTATION)
+        if value is None:
+            continue
+        if value == "false":
+            return None
+        if value != "true":
+            return Deny(
+                f'annotation {c.GANG_ANNOTATION}="{value}" on {_describe(owner)} is not valid: '
+                'set it to "true" to admit the head and minReplicas workers together, or '
+                '"false" to admit pod by pod')
+        cluster = next((o for o in ctx.owners if o.get("kind") == c.RAYCLUSTER_KIND), None)
+        groups = spec(cluster).get("workerGroupSpecs") if cluster is not None else None
+        if not isinstance(groups, list):
+            return Deny(
+                f"{_describe(owner)} asks for gang start ({c.GANG_ANNOTATION}) but raykueue does "
+                "not know its RayCluster's worker groups yet; the creation is retried by KubeRay")
+        out: dict[str, int] = {}
+        for group in groups:
+            if not isinstance(group, dict) or not isinstance(group.get("groupName"), str):
+                continue
+            count = group.get("minReplicas")
+            hosts = group.get("numOfHosts")
+            count = count if isinstance(count, int) and count > 0 else 0
+            out[group["groupName"]] = count * (hosts if isinstance(hosts, int) and hosts > 0 else 1)
+        return out
+    return None
 
 
 def _queue(pod: Obj, ctx: Context, role: str, taken: bool) -> tuple[str, str] | Deny:

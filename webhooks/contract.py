@@ -10,6 +10,10 @@ from typing import Final
 # Proposed upstream for Kueue and never implemented there; we give it meaning.
 STANDALONE_ANNOTATION: Final = "kueue.x-k8s.io/standalone"
 STANDALONE_VALUES: Final = ("true", "false")
+# On a RayCluster or its RayJob/RayService (nearest wins): the head and every
+# worker group's minReplicas are admitted as one Workload (docs/GANG.md).
+GANG_ANNOTATION: Final = "raykueue.io/gang"
+GANG_VALUES: Final = ("true", "false")
 
 # --- KubeRay labels (set by the operator on every pod it creates) ------------
 NODE_TYPE_LABEL: Final = "ray.io/node-type"
@@ -54,6 +58,11 @@ QUEUE_ANNOTATION: Final = "raykueue.io/queue-name"
 # Set on the way in when the user asked for spec.suspend, so that the webhook
 # after Kueue's can tell the user's suspend from Kueue's; removed on the way out.
 SUSPEND_REQUESTED_ANNOTATION: Final = "raykueue.io/suspend-requested"
+# On a gang pod: the label names its cluster (the controller plans per cluster),
+# the annotation carries each worker group's base count as the webhook read it
+# from the RayCluster ({"group": minReplicas x numOfHosts}, JSON).
+GANG_LABEL: Final = "raykueue.io/gang"
+GANG_MIN_ANNOTATION: Final = "raykueue.io/gang-min"
 # Pod condition written before an evicted pod is deleted, so the reason
 # survives in the pod's last state and in `kubectl describe`.
 EVICTED_CONDITION: Final = "raykueue.io/Evicted"

@@ -8,6 +8,7 @@ duplicate gate.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -46,6 +47,12 @@ def gate_patch(pod: Obj, decision: Manage) -> Patch:
         c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE,
     }
     ops: Patch = untake_from_kueue(pod) if decision.taken_from_kueue else []
+    cluster = (metadata(pod).get("labels") or {}).get(c.CLUSTER_LABEL)
+    if decision.gang is not None and isinstance(cluster, str) and cluster:
+        wanted[c.GANG_LABEL] = cluster
+        ops += put_entries(("metadata", "annotations"), metadata(pod).get("annotations"), {
+            c.GANG_MIN_ANNOTATION: json.dumps(dict(decision.gang), sort_keys=True,
+                                              separators=(",", ":"))})
     ops += put_entries(("metadata", "labels"), metadata(pod).get("labels"), wanted)
 
     gate = {"name": c.GATE}

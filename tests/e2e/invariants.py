@@ -102,6 +102,9 @@ class Invariants:
         meta = wl["metadata"]
         self.counts[f"workloads {event.lower()}"] += 1
         for ref in meta.get("ownerReferences") or []:
+            # A gang's base is raykueue's own, owned by its RayCluster (docs/GANG.md).
+            if w.is_ours(wl):
+                break
             if ref.get("kind") in RAY and event == "ADDED" and self._opted_in_owner(ref):
                 self._fail(f"Kueue made Workload {meta['name']} for opted-in {ref['kind']} {ref['name']}")
         if not w.is_ours(wl):
@@ -119,6 +122,8 @@ class Invariants:
                 if exc.is_not_found:
                     return
                 raise
+            if (pod["metadata"].get("labels") or {}).get(c.GANG_LABEL):
+                return  # an extra moved into its gang's base (tests/e2e/test_gang.py checks cover)
             if pod["metadata"]["uid"] == owner[1] and not pod["metadata"].get("deletionTimestamp"):
                 self._fail(f"Workload {meta['name']} was deleted while its pod {owner[0]} lives")
 

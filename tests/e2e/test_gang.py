@@ -1,0 +1,355 @@
+"""Gang start on the shipped stack: two clusters that each need a head and 4 workers, room for one.
+
+With `raykueue.io/gang: "true"` one cluster starts whole and the other waits
+whole (not one pod released, no Workload of it admitted) until the first goes;
+without it, pod-by-pod admission leaves both half started. `GangWatch` watches
+the namespace for the whole scenario: never a running raykueue pod without an
+admitted Workload covering it (its own, or its gang's base).
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+import urllib.request
+from typing import Any
+
+from controller import gang_decide as gd
+from controller import workload as w
+from kube import resources as r
+from kube.cache import WatchCache
+from kube.rest import Rest
+from tests.e2e.invariants import WORKLOADS
+from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+    CQS,
+    RAYCLUSTERS,
+    admin,
+    controller,
+    cq_cpu_reaches,
+    gated,
+    millicores,
+    pods,
+    queue,
+    raycluster,
+    running,
+    webhooks,
+)
+from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
+from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
+from tests.waiting import wait_for
+from webhooks import contract as c
+
+BASE = 5  # head + 4 min workers
+
+
+def cluster(name: str, gang: bool) -> dict[str, Any]:
+    obj = raycluster(name, BASE - 1, cpu="500m", memory="512Mi")
+    obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = BASE - 1
+    if gang:
+        obj["metadata"]["annotations"][c.GANG_ANNOTATION] = "true"
+    return obj
+
+
+def ours(pod: dict[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
+
+
+class GangWatch:
+    """Every pod and Workload change of a namespace, checked as it happens."""
+
+    def __init__(self, api: Rest, ns: str) -> None:
+        self.admin, self.ns = api, ns
+        self.violations: list[str] = []
+        self.held: set[str] = set()  # clusters none of whose pods may be released
+        self.created: dict[str, float] = {}  # pod uid -> when the watch first saw it
+        self.released: dict[str, float] = {}  # pod uid -> when it was first seen ungated
+        self.cluster_of: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.pods = WatchCache(api, r.PODS, namespace=ns)
+        self.workloads = WatchCache(api, WORKLOADS, namespace=ns)
+        self.pods.add_handler(self._pod)
+        self.workloads.add_handler(self._workload)
+
+    def __enter__(self) -> GangWatch:
+        for cache in (self.workloads, self.pods):
+            cache.start()
+            assert cache.wait_synced(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cache in (self.pods, self.workloads):
+            cache.stop()
+
+    def _covered(self, pod: dict[str, Any], wls: list[dict[str, Any]]) -> bool:
+        uid = pod["metadata"]["uid"]
+        gang = pod["metadata"]["labels"].get(c.GANG_LABEL)
+        for wl in wls:
+            if not w.is_admitted(wl) or w.is_finished(wl):
+                continue
+            if w.pod_uid_of(wl) == uid or (gang and gd.is_base(wl)
+                                           and wl["metadata"]["labels"].get(c.GANG_LABEL) == gang):
+                return True
+        return False
+
+    def _pod(self, event: str, pod: dict[str, Any]) -> None:
+        if not ours(pod) or event == "DELETED":
+            return
+        meta = pod["metadata"]
+        name = meta["labels"].get(c.CLUSTER_LABEL, "")
+        now = time.monotonic()
+        with self._lock:
+            self.created.setdefault(meta["uid"], now)
+            self.cluster_of[meta["uid"]] = name
+            if gated(pod) or meta.get("deletionTimestamp"):
+                return
+            self.released.setdefault(meta["uid"], now)
+            if name in self.held:
+                self.violations.append(f"pod {meta['name']} of held cluster {name} released")
+        if not self._covered(pod, self.workloads.list(self.ns)):
+            # The Workload watch may lag the pod watch: ask the API server.
+            fresh = self.admin.get(WORKLOADS.path(self.ns))["items"]
+            if not self._covered(pod, fresh):
+                with self._lock:
+                    self.violations.append(f"pod {meta['name']} runs without an admitted Workload")
+
+    def _workload(self, event: str, wl: dict[str, Any]) -> None:
+        name = (wl["metadata"].get("labels") or {}).get(c.CLUSTER_LABEL, "")
+        with self._lock:
+            if event != "DELETED" and name in self.held and w.is_quota_reserved(wl):
+                self.violations.append(f"Workload {wl['metadata']['name']} of held cluster "
+                                       f"{name} holds quota")
+
+    def release_window(self, name: str) -> float:
+        """Seconds from the last base pod seen created to the last base pod seen released."""
+        with self._lock:
+            uids = [u for u, n in self.cluster_of.items() if n == name and u in self.released]
+            return max(self.released[u] for u in uids) - max(self.created[u] for u in uids)
+
+    def assert_held(self) -> None:
+        with self._lock:
+            assert not self.violations, "gang invariants broken:\n" + "\n".join(self.violations)
+
+
+def api_writes(server: RaykueueServer) -> float:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    with urllib.request.urlopen(server.url + "/metrics", context=context, timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("raykueue_api_writes_total{"))
+
+
+def started(api: Rest, ns: str, name: str) -> list[dict[str, Any]]:
+    return [p for p in pods(api, ns, name) if running(p) and not gated(p)]
+
+
+def waiting_whole(api: Rest, ns: str, name: str) -> bool:
+    live = [p for p in pods(api, ns, name) if not p["metadata"].get("deletionTimestamp")]
+    return len(live) == BASE and all(gated(p) for p in live)
+
+
+def base_of(api: Rest, ns: str, name: str) -> dict[str, Any] | None:
+    for wl in api.get(WORKLOADS.path(ns))["items"]:
+        if gd.is_base(wl) and wl["metadata"]["labels"].get(c.GANG_LABEL) == name:
+            return wl
+    return None
+
+
+def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue):  # noqa: F811
+    ns = queue(cpu="3", memory="3Gi")  # room for one cluster of 5 x 500m, not two
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        gw.held.add("b")
+        admin.create(RAYCLUSTERS.path(ns), cluster("a", gang=True))
+        wait_for(lambda: len(started(admin, ns, "a")) == BASE, timeout=120,
+                 message="cluster a started whole")
+        base = base_of(admin, ns, "a")
+        assert base is not None and w.is_admitted(base)
+        assert {ps["name"]: ps["count"] for ps in base["spec"]["podSets"]} == {"head": 1, "cpu": 4}
+        (ref,) = base["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["controller"]) == ("RayCluster", "a", False)
+        window = gw.release_window("a")
+
+        admin.create(RAYCLUSTERS.path(ns), cluster("b", gang=True))
+        wait_for(lambda: waiting_whole(admin, ns, "b") and base_of(admin, ns, "b") is not None,
+                 timeout=120, message="cluster b's five pods gated and its base Workload queued")
+        b_base = base_of(admin, ns, "b")
+        assert b_base is not None and not w.is_quota_reserved(b_base)
+        # Nothing of b holds quota: only a's base does.
+        assert not [x for x in admin.get(WORKLOADS.path(ns))["items"]
+                    if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == "b" and not gd.is_base(x)]
+
+        with gw._lock:
+            gw.held.discard("b")
+        admin.delete(RAYCLUSTERS.path(ns, "a"))
+        wait_for(lambda: len(started(admin, ns, "b")) == BASE, timeout=180,
+                 message="cluster b started whole once a was gone")
+        writes = api_writes(controller)
+        created = len(gw.created)
+        gw.assert_held()
+    print(f"\nGANG: base release window {window:.2f}s (cluster a); "
+          f"API writes {writes:.0f} for {created} pods = {writes / created:.2f} per pod")
+
+
+def test_without_the_annotation_both_clusters_half_start(admin, controller, queue):  # noqa: F811
+    """The state gang start exists to prevent: quota held by two clusters neither complete."""
+    ns = queue(cpu="3", memory="3Gi")
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        for name in ("a", "b"):
+            admin.create(RAYCLUSTERS.path(ns), cluster(name, gang=False))
+
+        def half_started() -> tuple[int, int] | None:
+            counts = (len(started(admin, ns, "a")), len(started(admin, ns, "b")))
+            return counts if sum(counts) == 6 else None
+
+        counts = wait_for(half_started, timeout=120, message="six of ten pods started")
+        # Both heads hold quota, so at most one cluster is whole and the other holds
+        # quota it cannot use (how the six split depends on Kueue's order).
+        assert all(counts), f"both heads run: {counts}"
+        assert any(0 < n < BASE for n in counts), f"a cluster part-started: {counts}"
+        writes = api_writes(controller)
+        created = len(gw.created)
+        gw.assert_held()
+    print(f"\nNO GANG: API writes {writes:.0f} for {created} pods = {writes / created:.2f} per pod")
+
+
+class QuotaWatch:
+    """Quota the ClusterQueue holds against the pods that run, on every change of either.
+
+    Excess is reserved cpu beyond what the namespace's released, not deleting
+    raykueue pods request (500m each): quota held for pods that are gone. Each
+    stretch of excess is timed; the longest is the settle window.
+    """
+
+    def __init__(self, api: Rest, ns: str) -> None:
+        self.ns, self.cq = ns, f"e2e-{ns}"
+        self.pods = WatchCache(api, r.PODS, namespace=ns)
+        self.cqs = WatchCache(api, CQS)
+        self.windows: list[float] = []
+        self._since: float | None = None
+        self._lock = threading.Lock()
+        for cache in (self.pods, self.cqs):
+            cache.add_handler(lambda *_: self._check())
+
+    def __enter__(self) -> QuotaWatch:
+        for cache in (self.pods, self.cqs):
+            cache.start()
+            assert cache.wait_synced(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cache in (self.pods, self.cqs):
+            cache.stop()
+
+    def excess(self) -> int:
+        cq = self.cqs.get(None, self.cq) or {}
+        held = sum(millicores(res.get("total", "0"))
+                   for flavor in (cq.get("status") or {}).get("flavorsReservation") or []
+                   for res in flavor.get("resources") or [] if res["name"] == "cpu")
+        live = [p for p in self.pods.list(self.ns) if ours(p) and not gated(p)
+                and not p["metadata"].get("deletionTimestamp")]
+        return held - 500 * len(live)
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.excess() > 0:
+                self._since = self._since if self._since is not None else now
+            elif self._since is not None:
+                self.windows.append(now - self._since)
+                self._since = None
+
+    def open_excess(self) -> bool:
+        with self._lock:
+            return self._since is not None
+
+
+def scale(api: Rest, ns: str, name: str, replicas: int, victims: list[str]) -> None:
+    group = cluster(name, gang=True)["spec"]["workerGroupSpecs"][0]
+    group.update(replicas=replicas, minReplicas=2, scaleStrategy={"workersToDelete": victims})
+    api.merge_patch(RAYCLUSTERS.path(ns, name), {"spec": {"workerGroupSpecs": [group]}})
+
+
+def own_workload_pods(api: Rest, ns: str) -> set[str]:
+    return {w.pod_uid_of(x) or "" for x in api.get(WORKLOADS.path(ns))["items"]
+            if w.is_ours(x) and not gd.is_base(x) and not x["metadata"].get("deletionTimestamp")}
+
+
+def test_scale_down_of_base_pods_moves_extras_in_and_quota_follows(admin, controller, queue):  # noqa: F811
+    """The autoscaler deletes base workers while extras live: each extra moves into the base."""
+    ns = queue(cpu="10", memory="10Gi")
+    with watched(admin, ns), GangWatch(admin, ns) as gw, QuotaWatch(admin, ns) as qw:
+        obj = cluster("a", gang=True)
+        obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = 2  # base: head + 2; 2 extras
+        admin.create(RAYCLUSTERS.path(ns), obj)
+        wait_for(lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
+                 timeout=120, message="head, 2 base workers and 2 extras running")
+        cq_cpu_reaches(admin, ns, 2500)
+        for replicas in (3, 2):
+            extras = own_workload_pods(admin, ns)
+            base_workers = sorted(p["metadata"]["name"] for p in started(admin, ns, "a")
+                                  if p["metadata"]["uid"] not in extras
+                                  and p["metadata"]["labels"][c.NODE_TYPE_LABEL] == "worker")
+            scale(admin, ns, "a", replicas, base_workers[:1])
+            wait_for(lambda r=replicas: len(own_workload_pods(admin, ns)) == r - 2
+                     and len(started(admin, ns, "a")) == r + 1,
+                     timeout=120, message=f"an extra moved into the base ({replicas} workers)")
+            cq_cpu_reaches(admin, ns, 500 * (replicas + 1))
+        wait_for(lambda: not qw.open_excess(), timeout=30, message="no quota held for gone pods")
+        gw.assert_held()
+    print(f"\nGANG SCALE-DOWN: quota held beyond live pods for at most "
+          f"{max(qw.windows, default=0.0):.2f}s ({len(qw.windows)} stretches)")
+
+
+def test_api_writes_per_pod_with_and_without_gang(admin, controller, queue):  # noqa: F811
+    """One cluster of 5, started, running Ready, then deleted: raykueue's writes, each way."""
+    ns = queue(cpu="10", memory="10Gi")
+    per_pod: dict[bool, float] = {}
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        for gang in (False, True):
+            name = "g" if gang else "p"
+            before = api_writes(controller)
+            admin.create(RAYCLUSTERS.path(ns), cluster(name, gang=gang))
+            wait_for(lambda n=name: len(started(admin, ns, n)) == BASE, timeout=120,
+                     message=f"cluster {name} running")
+
+            def ready(n: str = name) -> bool:
+                wls = [x for x in admin.get(WORKLOADS.path(ns))["items"]
+                       if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == n]
+                return bool(wls) and all(w.is_true(x, w.PODS_READY) for x in wls)
+
+            wait_for(ready, timeout=120, message=f"PodsReady on every Workload of {name}")
+            admin.delete(RAYCLUSTERS.path(ns, name))
+            wait_for(lambda n=name: not pods(admin, ns, n) and not [
+                x for x in admin.get(WORKLOADS.path(ns))["items"]
+                if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == n],
+                timeout=120, message=f"cluster {name} and its Workloads gone")
+            per_pod[gang] = (api_writes(controller) - before) / BASE
+        gw.assert_held()
+    print(f"\nWRITES PER POD: pod by pod {per_pod[False]:.2f}, gang {per_pod[True]:.2f}")
+    assert per_pod[True] < per_pod[False]
+
+
+def test_preemption_takes_an_extra_never_the_base(admin, controller, queue):  # noqa: F811
+    """b's base (head priority) needs room a's extras (worker priority) hold: one extra goes."""
+    ns = queue(cpu="3500m", memory="3584Mi", preemption=True)  # room for 7 pods
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        a_obj = cluster("a", gang=True)
+        a_obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = 2  # base: head + 2; 2 extras
+        admin.create(RAYCLUSTERS.path(ns), a_obj)
+        wait_for(lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
+                 timeout=120, message="a: head, 2 base workers and 2 extras running")
+        a_base = base_of(admin, ns, "a")
+        assert a_base is not None
+        a_base_pods = {p["metadata"]["uid"] for p in started(admin, ns, "a")} - own_workload_pods(admin, ns)
+
+        b_obj = cluster("b", gang=True)
+        b_obj["spec"]["workerGroupSpecs"][0].update(replicas=2, minReplicas=2)
+        admin.create(RAYCLUSTERS.path(ns), b_obj)
+        wait_for(lambda: len(started(admin, ns, "b")) == 3, timeout=120, message="b started whole")
+        # a keeps its base (same Workload, same pods) and one extra; the other extra was taken.
+        wait_for(lambda: len(started(admin, ns, "a")) == 4, timeout=60, message="a down to 4 pods")
+        now_base = base_of(admin, ns, "a")
+        assert now_base is not None and now_base["metadata"]["uid"] == a_base["metadata"]["uid"]
+        assert w.is_admitted(now_base) and not w.is_evicted(now_base)
+        assert a_base_pods <= {p["metadata"]["uid"] for p in started(admin, ns, "a")}
+        gw.assert_held()

@@ -1,0 +1,145 @@
+"""A gang cluster's pass: the rule of controller/gang.py turned into actions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from controller import actions as a
+from controller import decide as d
+from controller import gang_decide as gd
+from controller import workload as w
+from tests.unit import controller_objects as o
+from webhooks import contract as c
+
+GROUP = "gpu-group"
+CTX = gd.GangContext(flavors={o.FLAVOR: {"metadata": {"name": o.FLAVOR},
+                                         "spec": {"nodeLabels": {"pool": "gpu"}}}},
+                     priority_values={"ray-head": 1000, "ray-worker": 100})
+
+
+def gang_pod(role: str, n: int, **kw: Any) -> dict[str, Any]:
+    pod = o.pod(role, **kw)
+    pod["metadata"]["labels"][c.GANG_LABEL] = "raycluster-gpu"
+    pod["metadata"].setdefault("annotations", {})[c.GANG_MIN_ANNOTATION] = json.dumps({GROUP: 2})
+    pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{n:02d}Z"
+    return pod
+
+
+def cluster(workers: int, **kw: Any) -> list[dict[str, Any]]:
+    return [gang_pod(c.ROLE_HEAD, 0, **kw)] + [gang_pod(c.ROLE_WORKER, i + 1, **kw)
+                                               for i in range(workers)]
+
+
+def base_for(pods: list[dict[str, Any]], state: str, reclaimed: dict[str, int] | None = None
+             ) -> dict[str, Any]:
+    steps, _ = gd.decide_gang(pods, {}, None, CTX)
+    (create,) = [x for _, x in steps if isinstance(x, a.CreateWorkload)]
+    base = o.workload(pods[0], state)
+    base["metadata"].update({k: v for k, v in create.body["metadata"].items()})
+    base["spec"] = dict(create.body["spec"])
+    if "admission" in base.get("status", {}):
+        base["status"]["admission"]["podSetAssignments"] = [
+            {"name": ps["name"], "count": ps["count"], "flavors": {"cpu": o.FLAVOR}}
+            for ps in base["spec"]["podSets"]]
+    if reclaimed:
+        base["status"]["reclaimablePods"] = [{"name": k, "count": n} for k, n in reclaimed.items()]
+    return base
+
+
+def kinds(steps: list[gd.Step]) -> list[tuple[str | None, str]]:
+    return [(name, type(x).__name__) for name, x in steps]
+
+
+def test_no_base_until_every_base_pod_exists() -> None:
+    steps, plan = gd.decide_gang(cluster(1), {}, None, CTX)
+    assert [type(x) for _, x in steps] == [a.Wait]
+    assert "1 of group gpu-group missing" in plan.waiting
+
+
+def test_the_base_is_one_workload_owned_by_the_raycluster_with_a_podset_per_group() -> None:
+    pods = cluster(2)
+    steps, _ = gd.decide_gang(pods, {}, None, CTX)
+    ((target, create),) = steps
+    assert target is None and isinstance(create, a.CreateWorkload)
+    body = create.body
+    assert [(ps["name"], ps["count"]) for ps in body["spec"]["podSets"]] == [("head", 1), (GROUP, 2)]
+    (ref,) = body["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["controller"]) == ("RayCluster", "raycluster-gpu", False)
+    assert body["metadata"]["name"] == gd.base_name("raycluster-gpu", ref["uid"])
+    assert body["spec"]["priority"] == 1000 and body["spec"]["queueName"] == "team-a"
+    assert gd.is_base(body) and w.is_ours(body)
+
+
+def test_pods_wait_for_the_base_while_it_is_pending_and_per_pod_decide_never_creates() -> None:
+    pods = cluster(3)
+    steps, _ = gd.decide_gang(pods, {}, base_for(pods, "pending"), CTX)
+    assert kinds(steps) == [(None, "Wait")]
+    (wait,) = d.decide(pods[1], [], d.Context(head_admitted=True))
+    assert isinstance(wait, a.Wait) and "gang" in wait.reason
+
+
+def test_an_admitted_base_releases_its_pods_together_and_extras_get_their_own() -> None:
+    pods = cluster(3)
+    steps, _ = gd.decide_gang(pods, {}, base_for(pods, "admitted"), CTX)
+    lifts = [(name, x) for name, x in steps if isinstance(x, a.LiftGate)]
+    assert [name for name, _ in lifts] == [p["metadata"]["name"] for p in pods[:3]]
+    assert all(x.node_selector == {"pool": "gpu"} for _, x in lifts)
+    (create,) = [(name, x) for name, x in steps if isinstance(x, a.CreateWorkload)]
+    assert create[0] == pods[3]["metadata"]["name"]
+    assert create[1].body["metadata"]["name"] == w.workload_name(pods[3])
+
+
+def test_a_vacancy_is_filled_by_an_extra_or_handed_back() -> None:
+    pods = cluster(3, gated=False, phase="Running", ready=True)
+    base = base_for(pods, "admitted")
+    base["status"]["conditions"].append({"type": w.PODS_READY, "status": "True"})
+    extra_wl = o.workload(pods[3], "admitted")
+    pods[1]["metadata"]["deletionTimestamp"] = o.T2
+    steps, _ = gd.decide_gang(pods, {pods[3]["metadata"]["uid"]: extra_wl}, base, CTX)
+    assert kinds(steps) == [(pods[3]["metadata"]["name"], "DeleteWorkload")]
+    # Without the extra the slot goes back to Kueue.
+    steps, _ = gd.decide_gang(pods[:3], {}, base, CTX)
+    (reclaim,) = [x for _, x in steps if isinstance(x, a.SetReclaimable)]
+    assert reclaim.counts == {GROUP: 1}
+
+
+def test_the_head_gone_requeues_the_base_whole() -> None:
+    pods = cluster(2, gated=False, phase="Running", ready=True)
+    base = base_for(pods, "admitted")
+    steps, _ = gd.decide_gang(pods[1:], {}, base, CTX)
+    assert kinds(steps) == [(pods[1]["metadata"]["name"], "EvictPod"),
+                            (pods[2]["metadata"]["name"], "EvictPod"), (None, "DeleteWorkload")]
+
+
+def test_an_evicted_base_is_requeued_whole() -> None:
+    pods = cluster(2, gated=False, phase="Running", ready=True)
+    steps, _ = gd.decide_gang(pods, {}, base_for(pods, "evicted"), CTX)
+    assert [t for _, t in kinds(steps)] == ["EvictPod"] * 3 + ["DeleteWorkload"]
+    assert [x.head for _, x in steps if isinstance(x, a.EvictPod)] == [True, False, False]
+
+
+def test_base_pods_ready_sets_podsready_once() -> None:
+    pods = cluster(2, gated=False, phase="Running", ready=True)
+    base = base_for(pods, "admitted")
+    steps, _ = gd.decide_gang(pods, {}, base, CTX)
+    assert [type(x) for _, x in steps] == [a.SetPodsReady]
+    base["status"]["conditions"].append({"type": w.PODS_READY, "status": "True"})
+    assert gd.decide_gang(pods, {}, base, CTX)[0] == []
+
+
+def test_explain_names_the_gang_the_pods_place_and_what_it_waits_for() -> None:
+    from controller.explain import explain_pod
+    from tests.unit.controller_world import World
+    world = World()
+    world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))
+    pods = [world.put("pods", x) for x in cluster(1)]
+    text = explain_pod(world, "team-a", pods[1]["metadata"]["name"])  # type: ignore[arg-type]
+    assert "gang raycluster-gpu: in the base (podSet gpu-group)" in text
+    assert "1 of group gpu-group missing" in text
+    base = world.put("workloads", base_for(cluster(2), "pending"))
+    extra = world.put("pods", gang_pod(c.ROLE_WORKER, 9))
+    world.put("pods", gang_pod(c.ROLE_WORKER, 8))
+    text = explain_pod(world, "team-a", extra["metadata"]["name"])  # type: ignore[arg-type]
+    assert "an extra" in text and "waiting for Kueue to admit the base" in text
+    assert base["metadata"]["name"] in text
