@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.metrics import LEADER
 from app.settings import Settings
 from controller.config import ControllerConfig
 from kube.events import EventRecorder
@@ -45,6 +46,8 @@ def controller_config(settings: Settings) -> ControllerConfig:
         workers=settings.controller_workers,
         resync_seconds=settings.resync_seconds,
         cache_sync_timeout_seconds=settings.cache_sync_timeout_seconds,
+        stuck_interval_seconds=settings.stuck_interval_seconds,
+        stuck_grace_seconds=settings.stuck_grace_seconds,
     )
 
 
@@ -89,6 +92,7 @@ class ControllerHost:
 
     def _lead(self, lost: threading.Event) -> None:
         self._lost = lost
+        LEADER.set(1)
         for fn in self._on_elected:
             try:
                 fn()
@@ -108,6 +112,7 @@ class ControllerHost:
                 self.controller = None
         finally:
             self._lost = None
+            LEADER.set(0)
 
     def status(self) -> tuple[bool, str]:
         controller = self.controller

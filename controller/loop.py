@@ -46,6 +46,7 @@ from controller import patches
 from controller import pods as p
 from controller import workload as w
 from controller.config import ControllerConfig
+from controller.stuck import StuckGates
 from controller.workqueue import WorkQueue
 from kube import resources as r
 from kube.cache import DELETED, WatchCache
@@ -203,6 +204,11 @@ class Controller:
         try:
             if not self.start(version, stop):
                 return
+            workers.append(StuckGates(
+                self.pods.list, self.workloads.list, head_first=self.config.head_first,
+                grace_seconds=self.config.stuck_grace_seconds, context=self._context,
+                record=self._event_once, requeue=lambda pod: self.queue.add(p.key(pod)),
+                clock=self._clock).start(stop, self.config.stuck_interval_seconds))
             for i in range(self.config.workers):
                 thread = threading.Thread(target=self._work, args=(stop,),
                                           name=f"reconcile-{i}", daemon=True)
