@@ -1,6 +1,7 @@
 """Root conftest: tier markers by folder, stack options, stack fixtures.
 
-tests/unit -> `unit`, tests/api -> `api`, tests/e2e -> `e2e`. Select with -m,
+tests/unit -> `unit`, tests/tools -> `tools` (promtool, helm), tests/api -> `api`,
+tests/e2e -> `e2e`. Select with -m,
 e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse) the
 local control plane from devstack; build it first with controlplane/build.sh.
 """
@@ -25,7 +26,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 )
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "api", "e2e")
+TIERS = ("unit", "tools", "api", "e2e")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
