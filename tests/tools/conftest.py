@@ -37,3 +37,9 @@ def promtool() -> Tool:
 @pytest.fixture(scope="session")
 def helm() -> Tool:
     return _tool("helm")
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Tool:
+    """The control plane's kubectl, for `kubectl kustomize`."""
+    return _tool("kubectl")
