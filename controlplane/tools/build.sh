@@ -55,8 +55,14 @@ command -v go >/dev/null || { echo "tools/build.sh: go is not on PATH (needs Go 
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false"
 jobs="${RAYKUEUE_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+# versions.env names what go.mod pins (for the version strings): they must agree.
+for pin in "github.com/prometheus/prometheus=$PROMETHEUS_VERSION" "helm.sh/helm/v4=$HELM_VERSION"; do
+  got="$(go list -m -f '{{.Version}}' "${pin%%=*}")"
+  [[ "$got" == "${pin#*=}" ]] || { echo "tools/build.sh: go.mod has ${pin%%=*} $got, versions.env ${pin#*=}" >&2; exit 1; }
+done
 ldflags="-s -w"
 ldflags+=" -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
+ldflags+=" -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION}"
 
 echo "tools/build.sh: building promtool and helm into $bin_dir (go build -p $jobs; a cold build takes minutes)"
 out="$(mktemp -d "$bin_dir/.build-tools.XXXXXX")"

@@ -1,5 +1,6 @@
 // Operator tools for the tools test tier: promtool and helm, built by ../build.sh.
 // Not shipped. Versions are pinned below and in versions.env (CRD sources).
+// go 1.26.7 is Prometheus v0.316.0's own minimum; an older Go fetches that toolchain.
 module github.com/raykueue/raykueue/controlplane/tools
 
 go 1.26.7
