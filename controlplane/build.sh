@@ -71,7 +71,7 @@ all_present() {
 
 if [[ "${RAYKUEUE_FORCE_BUILD:-0}" != 1 && "$stamp" == "$old_stamp" ]] && all_present; then
   echo "build.sh: control plane up to date in $bin_dir ($(elapsed)s)"
-  exec bash tools/build.sh
+  RAYKUEUE_BIN_DIR="$bin_dir" exec bash tools/build.sh
 fi
 
 command -v go >/dev/null || { echo "build.sh: go is not on PATH (needs Go >= 1.26)" >&2; exit 1; }
@@ -151,4 +151,4 @@ EOF
 all_present || { echo "build.sh: something is still missing in $share_dir" >&2; exit 1; }
 echo "$stamp" > "$stamp_file"
 echo "build.sh: control plane ready in $bin_dir ($(elapsed)s)"
-bash tools/build.sh
+RAYKUEUE_BIN_DIR="$bin_dir" bash tools/build.sh

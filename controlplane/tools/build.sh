@@ -7,28 +7,21 @@
 #   $RAYKUEUE_BIN_DIR/../crds/prometheus-operator/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml
 #   $RAYKUEUE_BIN_DIR/../crds/cert-manager/cert-manager.io_{certificates,issuers}.yaml
 #
-# ../build.sh runs it after the control plane. A stamp of its own (this script,
-# go.mod, go.sum, versions.env) makes a warm run a no-op, and a change here never
-# relinks the control plane. promtool is built with Prometheus' remove_all_sd tag:
-# rule checks and rule unit tests need no service discovery, and it halves the build.
-# Environment: RAYKUEUE_BIN_DIR, RAYKUEUE_BUILD_JOBS, RAYKUEUE_FORCE_BUILD=1.
+# ../build.sh runs it after the control plane, with RAYKUEUE_BIN_DIR resolved and
+# checked to be outside the repo. A stamp of its own (this script, go.mod, go.sum,
+# versions.env) makes a warm run a no-op, and a change here never relinks the
+# control plane. promtool is built with Prometheus' remove_all_sd tag: rule
+# checks and rule unit tests need no service discovery, and it halves the build.
+# Environment (from ../build.sh): RAYKUEUE_BIN_DIR, RAYKUEUE_BUILD_JOBS, RAYKUEUE_FORCE_BUILD=1.
 set -euo pipefail
 start_s=$(date +%s)
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cd "$here"
+cd "$(dirname "${BASH_SOURCE[0]}")"
 # shellcheck source=versions.env
 source ./versions.env
 
-bin_dir="${RAYKUEUE_BIN_DIR:-$HOME/.cache/raykueue/bin}"
-mkdir -p "$bin_dir"
-bin_dir="$(cd "$bin_dir" && pwd)"
+bin_dir="${RAYKUEUE_BIN_DIR:?run controlplane/build.sh, which sets RAYKUEUE_BIN_DIR}"
 crd_dir="$(dirname "$bin_dir")/crds"
 stamp_file="$bin_dir/.stamp-tools"
-
-repo_root="$(cd "$here/../.." && pwd)"
-case "$bin_dir/" in
-  "$repo_root"/*) echo "tools/build.sh: RAYKUEUE_BIN_DIR ($bin_dir) must be outside the repo" >&2; exit 2 ;;
-esac
 
 # CRD source: module path, version, pinned sum, folder in the module, files, destination
 crd_sources=(
