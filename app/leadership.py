@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.metrics import LEADER
 from app.settings import Settings
 from controller.config import ControllerConfig
 from kube.events import EventRecorder
@@ -49,6 +50,8 @@ def controller_config(settings: Settings, pods_ready: bool) -> ControllerConfig:
         workers=settings.controller_workers,
         resync_seconds=settings.resync_seconds,
         cache_sync_timeout_seconds=settings.cache_sync_timeout_seconds,
+        stuck_interval_seconds=settings.stuck_interval_seconds,
+        stuck_grace_seconds=settings.stuck_grace_seconds,
     )
 
 
@@ -106,6 +109,7 @@ class ControllerHost:
 
     def _lead(self, lost: threading.Event) -> None:
         self._lost = lost
+        LEADER.set(1)
         for fn in self._on_elected:
             try:
                 fn()
@@ -126,6 +130,7 @@ class ControllerHost:
                 self.controller = None
         finally:
             self._lost = None
+            LEADER.set(0)
 
     def status(self) -> tuple[bool, str]:
         failure = self._failure()

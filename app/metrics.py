@@ -33,3 +33,7 @@ CERT_RELOADS = Counter(
     "raykueue_certificate_reloads",
     "Serving certificate reloads from disk.",
 )
+LEADER = Gauge(
+    "raykueue_leader",
+    "1 while this replica holds the controller Lease (or runs without leader election), else 0.",
+)

@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     # Every managed pod is reconciled again this often, a safety net for a
     # missed watch event.
     resync_seconds: float = 300.0
+    # A gated pod with no Workload (and no head to wait for) this long gets a
+    # Warning Event saying why; raykueue_gated_pod_oldest_age_seconds is refreshed
+    # every stuck_interval_seconds.
+    stuck_grace_seconds: float = 120.0
+    stuck_interval_seconds: float = 15.0
     leader_election: bool = True
     # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
     # manifests set it from the downward API), else "default", so that

@@ -30,6 +30,11 @@ class ControllerConfig:
     workload_version: str | None = None
     # Restrict to one namespace (tests); None watches all namespaces.
     namespace: str | None = None
+    # How often the oldest-gated-pod gauge is recomputed, and how long a gated pod
+    # may wait without a Workload (and without a head-first reason) before it gets
+    # an Event saying why (controller/stuck.py).
+    stuck_interval_seconds: float = 15.0
+    stuck_grace_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -51,6 +51,7 @@ from controller.handlers import Env, Pass, Recorder
 from controller.reads import Reader
 from controller.retry import Retry
 from controller.state import Key, State, owner_key
+from controller.stuck import StuckGates
 from controller.workqueue import WorkQueue
 from kube.cache import WatchCache
 from kube.rest import ApiError, Rest
@@ -110,6 +111,12 @@ class Controller:
         try:
             if not self.start(version, stop):
                 return
+            assert self.caches is not None
+            workers.append(StuckGates(
+                self.caches.pods.list, self.caches.workloads.list, head_first=self.config.head_first,
+                grace_seconds=self.config.stuck_grace_seconds, context=self._reader.context_for,
+                record=self._env.event_once, requeue=lambda pod: self.queue.add(p.key(pod)),
+                clock=self._clock).start(stop, self.config.stuck_interval_seconds))
             for i in range(self.config.workers):
                 thread = threading.Thread(target=self._work, args=(stop,),
                                           name=f"reconcile-{i}", daemon=True)

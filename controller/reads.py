@@ -140,6 +140,10 @@ class Reader:
             heads.append((other, mine[0] if mine else None))
         return d.head_admitted(heads)
 
+    def context_for(self, pod: Obj) -> d.Context:
+        """The decision context of a pod alone (stuck-gates reports ask why it has no Workload)."""
+        return self._context(pod, None, None)
+
     def _context(self, pod: Obj | None, departed: Obj | None, live_uid: str | None) -> d.Context:
         flavors = {str(metadata(f).get("name")): f for f in self.caches.flavors.list()}
         values: dict[str, int] = {}

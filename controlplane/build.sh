@@ -12,6 +12,9 @@
 # shared k8s.io code compiles once) and kuberay/ (the KubeRay operator, which does
 # not compile against the controller-runtime Kueue needs; see kuberay/go.mod).
 #
+# A third, tools/ (promtool and helm for the `tools` test tier), has its own
+# script, run last (see tools/build.sh).
+#
 # A stamp (sha256 of both go.mod/go.sum, versions.env and this script) makes a
 # warm run a no-op. Only missing binaries are built when the stamp matches; everything
 # is (re)linked when it does not (Go's build cache keeps that cheap).
@@ -31,7 +34,9 @@ bin_dir="$(cd "$bin_dir" && pwd)"
 share_dir="$(dirname "$bin_dir")"
 crd_dir="$share_dir/crds"
 stage_dir="$share_dir/kwok-stages"
-stamp_file="$bin_dir/.stamp"
+# Named after what it covers: tools/ keeps its own (.stamp-tools), so changing the
+# tools never relinks the control plane.
+stamp_file="$bin_dir/.stamp-controlplane"
 
 repo_root="$(cd "$here/.." && pwd)"
 case "$bin_dir/" in
@@ -66,7 +71,7 @@ all_present() {
 
 if [[ "${RAYKUEUE_FORCE_BUILD:-0}" != 1 && "$stamp" == "$old_stamp" ]] && all_present; then
   echo "build.sh: control plane up to date in $bin_dir ($(elapsed)s)"
-  exit 0
+  RAYKUEUE_BIN_DIR="$bin_dir" exec bash tools/build.sh
 fi
 
 command -v go >/dev/null || { echo "build.sh: go is not on PATH (needs Go >= 1.26)" >&2; exit 1; }
@@ -146,3 +151,4 @@ EOF
 all_present || { echo "build.sh: something is still missing in $share_dir" >&2; exit 1; }
 echo "$stamp" > "$stamp_file"
 echo "build.sh: control plane ready in $bin_dir ($(elapsed)s)"
+RAYKUEUE_BIN_DIR="$bin_dir" bash tools/build.sh

@@ -1,7 +1,8 @@
 """Root conftest: tier markers by folder, stack options, stack fixtures.
 
 Tiers are named for what they need: tests/unit -> `unit` (Python only, no server process),
-tests/serve -> `serve` (starts `raykueue serve` processes), tests/api -> `api`
+tests/serve -> `serve` (starts `raykueue serve` processes), tests/tools -> `tools`
+(promtool and helm from controlplane/build.sh), tests/api -> `api`
 (a real kube-apiserver and etcd), tests/e2e -> `e2e` (the whole stack). Select
 with -m, e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse)
 the local control plane from devstack; with --build-controlplane (scripts/test
@@ -34,7 +35,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 )
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "serve", "api", "e2e")
+TIERS = ("unit", "serve", "tools", "api", "e2e")
 REPO_ROOT = TESTS.parent
 
 
