@@ -1,6 +1,6 @@
 """Root conftest: tier markers by folder, stack options, stack fixtures.
 
-tests/unit -> `unit`, tests/api -> `api`, tests/e2e -> `e2e`. Select with -m,
+tests/unit -> `unit`, tests/api -> `api`, tests/e2e -> `e2e`, tests/ray -> `ray`. Select with -m,
 e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse) the
 local control plane from devstack; build it first with controlplane/build.sh.
 """
@@ -25,7 +25,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 )
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "api", "e2e")
+TIERS = ("unit", "api", "e2e", "ray")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
