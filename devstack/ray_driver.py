@@ -47,6 +47,11 @@ def _serve(gcs_address: str, head_temp_dir: str) -> None:  # pragma: no cover - 
     import os
     import time
 
+    # Answers get stdout to themselves: Ray prints banners and warnings there.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
     import ray
 
     # Several raylets share 127.0.0.1: the head's temp dir picks the head's, so the
@@ -80,7 +85,7 @@ def _serve(gcs_address: str, head_temp_dir: str) -> None:  # pragma: no cover - 
                 answer = {"error": f"unknown op {op!r}"}
         except Exception as e:
             answer = {"error": f"{type(e).__name__}: {e}"}
-        print(json.dumps(answer), flush=True)
+        print(json.dumps(answer), file=answers, flush=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

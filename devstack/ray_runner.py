@@ -37,9 +37,9 @@ HEAD_START_TIMEOUT = 90.0
 # A starting raylet gives its node's dashboard agent 15 s to write its listen
 # port (fixed in Ray 2.60's node_manager.cc, no setting) and aborts after; the
 # agent is a Python process whose imports alone take that long on a busy
-# 2-core machine. So nodes start one at a time, and a start that fails that
-# way is tried again (each attempt noted; the last failure fails the test).
-MAX_STARTING_WORKERS = 1
+# 2-core machine. So the tier starts one node at a time (any cluster's), and a
+# start that fails that way is tried again (each attempt noted; the last
+# failure fails the test).
 START_ATTEMPTS = 3
 STARTED_LINE = b"Ray runtime started"
 WORKER_STOP_GRACE = 10.0
@@ -64,6 +64,7 @@ class RayTier:
         # bytes with Ray's session name appended: a short root, short node dirs.
         self.root = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
         self.procs: list[RayProcess] = []
+        self.nodes: list[RayProcess] = []  # heads and workers
         self.watched = Watched()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -77,11 +78,18 @@ class RayTier:
             return str(self.root / f"n{self._next_dir}")
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
-              pipes: bool = False) -> RayProcess:
+              pipes: bool = False, node: bool = False) -> RayProcess:
         proc = spawn(name, argv, self.log_dir / f"{name}.log", env, cwd=self.root, pipes=pipes)
         with self._lock:
             self.procs.append(proc)
+            if node:
+                self.nodes.append(proc)
         return proc
+
+    def may_start_node(self) -> bool:
+        """No node of the tier is still starting."""
+        with self._lock:
+            return not any(p.exited() is None and not started(p) for p in self.nodes)
 
     def sessions(self) -> list[int]:
         with self._lock:
@@ -138,7 +146,7 @@ def _running(pod: dict) -> bool:
         "deletionTimestamp")
 
 
-def _started(proc: RayProcess) -> bool:
+def started(proc: RayProcess) -> bool:
     try:
         return STARTED_LINE in proc.log.read_bytes()
     except OSError:
@@ -206,7 +214,7 @@ class RayClusterRunner:
                             query={"labelSelector": f"ray.io/cluster={self.cluster}"})["items"]
         running = {p["metadata"]["name"]: p for p in pods if _running(p)}
         heads = [p for p in running.values() if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
-        if self.head is None and heads:
+        if self.head is None and heads and self.tier.may_start_node():
             self._start_head(heads[0])
         if self.head is not None and self._retry(self.head_pod or "", self.head):
             self.head = None  # started again on a later tick
@@ -217,13 +225,10 @@ class RayClusterRunner:
                 self._watch(self.autoscaler)
         if self.autoscaler is None:
             return  # workers join a head that is up
-        starting = sum(1 for p in self.workers.values() if not _started(p))
         for name, pod in running.items():
-            if starting >= MAX_STARTING_WORKERS:
-                break
-            if name not in self.workers and pod["metadata"]["labels"].get("ray.io/node-type") == "worker":
+            if name not in self.workers and pod["metadata"]["labels"].get("ray.io/node-type") == "worker" \
+                    and self.tier.may_start_node():
                 self._start_worker(pod)
-                starting += 1
         for name in [n for n in self.workers if n not in running]:
             proc = self.workers.pop(name)
             proc.terminate()
@@ -242,7 +247,7 @@ class RayClusterRunner:
         raises (with its log) when it died after starting or used up its attempts."""
         if proc.exited() is None or proc.stopping is not None:
             return False
-        if _started(proc) or self.attempts[pod] >= START_ATTEMPTS:
+        if started(proc) or self.attempts[pod] >= START_ATTEMPTS:
             raise proc.failure(f"exited with code {proc.exited()} (start attempt {self.attempts[pod]})")
         self.tier.note_retry(f"{proc.name} attempt {self.attempts[pod]}: {tail(proc.log, 1).strip()}")
         return True
@@ -256,11 +261,11 @@ class RayClusterRunner:
             f"{self.cluster}-head-{self.head_pod}",
             ray_node.head_argv(self.gcs_port, self.dashboard_port, agent, self.head_temp_dir,
                                self.head_pod, _generated_cmd(pod)),
-            ray_node.node_env(self.head_pod, ray_node.HEAD_GROUP))
+            ray_node.node_env(self.head_pod, ray_node.HEAD_GROUP), node=True)
 
     def _maybe_start_autoscaler(self, heads: list[dict]) -> None:
         assert self.head is not None
-        if not _started(self.head):  # its raylet registered, not just the GCS port open
+        if not started(self.head):  # its raylet registered, not just the GCS port open
             if time.monotonic() - self.head.started > HEAD_START_TIMEOUT:
                 raise self.head.failure(f"not started after {HEAD_START_TIMEOUT:.0f}s")
             return
@@ -282,5 +287,5 @@ class RayClusterRunner:
         self.workers[name] = self.tier.spawn(
             f"{self.cluster}-worker-{name}",
             ray_node.worker_argv(self.gcs_address, agent, self.tier.temp_dir(), name, _generated_cmd(pod)),
-            ray_node.node_env(name, pod["metadata"]["labels"].get("ray.io/group", "")))
+            ray_node.node_env(name, pod["metadata"]["labels"].get("ray.io/group", "")), node=True)
         self.attempts[name] = self.attempts.get(name, 0) + 1

@@ -12,13 +12,23 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.e2e.test_controller_e2e import RAYCLUSTERS, describe, settled
+import jsonpatch
+
+from tests.e2e.test_controller_e2e import RAYCLUSTERS, by_pod, describe, settled
 from tests.waiting import wait_for
+from webhooks.autoscaler_env import (
+    ALLOCATE_TIMEOUT_ENV,
+    DEFAULT_ALLOCATE_TIMEOUT_SECONDS,
+    allocate_timeout_patch,
+)
 
 from .conftest import FIGURES, RayCluster, raycluster
 from .observe import observed
 
 JOIN_TIMEOUT = 180
+# Long enough for an admitted worker to join before the autoscaler gives up on it
+# (slow on a busy machine), short enough to see two cycles within the tier's budget.
+SHORT_ALLOCATE_TIMEOUT_S = 60
 
 
 def replicas(admin, cluster: RayCluster) -> int:
@@ -63,3 +73,65 @@ def test_demand_beyond_quota(admin, controller, queue, ray_cluster, tmp_path: Pa
     assert seen.max_workers_running == 4  # never more than the quota, at any moment
     assert not cluster.runner.tier.watched.off_loopback, cluster.runner.tier.watched.off_loopback
     FIGURES["demand_to_4_joined_s"] = round(joined_after, 1)
+
+
+def gated_pods_recycled(seen) -> int:
+    """Worker pods deleted without ever having run: the autoscaler giving up on them."""
+    return len(seen.deleted["worker"] - seen.ran)
+
+
+def no_orphans(admin, ns: str) -> bool:
+    """No live Workload without its pod, no managed pod without a Workload."""
+    pods = [p for p in admin.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+    owned = by_pod(admin, ns)
+    return set(owned) <= {p["metadata"]["uid"] for p in pods} and all(
+        len(owned.get(p["metadata"]["uid"], [])) == 1 for p in pods)
+
+
+def test_waiting_past_the_allocate_timeout(admin, controller, queue, ray_cluster, tmp_path: Path):
+    """Two clusters side by side, each with quota for 2 of the 4 workers its tasks need.
+
+    `as_things_stand` sets the autoscaler's allocate timeout short, standing in for
+    Ray's 3600 s; `mitigated` gets raykueue's value instead. Both are watched over
+    the same window, which ends once the first has recycled each waiting pod twice.
+    """
+    short = {ALLOCATE_TIMEOUT_ENV: str(SHORT_ALLOCATE_TIMEOUT_S)}
+    before_body = raycluster("before", autoscaler_env=short)
+    after_body = raycluster("after")
+    # raykueue's RayCluster webhook applies this patch to opted-in clusters (the lead
+    # wires it in, issue 14); until then the test applies it before creating the cluster.
+    after_body = jsonpatch.apply_patch(after_body, allocate_timeout_patch(
+        after_body["spec"], DEFAULT_ALLOCATE_TIMEOUT_SECONDS))
+    clusters = {}
+    for body in (before_body, after_body):
+        ns = queue(cpu="3", memory="100Gi")  # the head and 2 workers
+        clusters[body["metadata"]["name"]] = ray_cluster(ns, body)
+    before, after = clusters["before"], clusters["after"]
+    hold = tmp_path / "release"
+    with observed(admin, before.namespace) as seen_before, observed(admin, after.namespace) as seen_after:
+        for cluster in (before, after):
+            cluster.ask({"op": "submit", "count": 4, "cpus": 1, "hold": str(hold)})
+        wait_joined(admin, after, running=2, gated=2)
+        # The window ends once `before` has given up on both waiting pods at least
+        # once. On a busy machine it may give up on admitted workers that were slow
+        # to join as well: that is churn from the same timeout, and counted.
+        wait_for(lambda: before.runner.tier.check() or gated_pods_recycled(seen_before) >= 2,
+                 timeout=6 * SHORT_ALLOCATE_TIMEOUT_S, interval=1,
+                 message=lambda: f"the waiting pods recycled: {seen_before.churn()}")
+        assert gated_pods_recycled(seen_after) == 0  # over the same window
+        wait_joined(admin, after, running=2, gated=2)
+        for cluster in (before, after):
+            wait_for(lambda ns=cluster.namespace: no_orphans(admin, ns), timeout=30,
+                     message=f"no Workload without its pod in {cluster.namespace}")
+        hold.touch()
+        results = after.ask({"op": "results", "timeout": 180})["results"]
+        assert len(results) == 4 and set(results) <= after.joined_workers()
+    assert seen_after.max_workers_running == 2
+    assert seen_before.max_workers_running <= 2
+    assert seen_after.churn()["worker_pods_created"] == 4  # the 2 running, the 2 waiting: no more
+    assert seen_after.churn()["workloads_deleted"] == 0
+    assert not before.runner.tier.watched.off_loopback, before.runner.tier.watched.off_loopback
+    FIGURES["allocate_timeout_s"] = SHORT_ALLOCATE_TIMEOUT_S
+    FIGURES["churn_before"] = seen_before.churn()
+    FIGURES["churn_after"] = seen_after.churn()
