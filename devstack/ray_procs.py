@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,17 +108,6 @@ def spawn(name: str, argv: list[str], log: Path, env: dict[str, str] | None = No
             env={**os.environ, "PATH": path, **RAY_ENV, **(env or {})},
             cwd=cwd, start_new_session=True)
     return RayProcess(name, popen, log)
-
-
-def wait_started(proc: RayProcess, check: Callable[[], bool], timeout: float) -> None:
-    """Until `check()` holds; raise with the log when the process exits or time runs out."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if proc.exited() is not None:
-            raise proc.failure(f"exited with code {proc.exited()} while starting")
-        if time.monotonic() > deadline:
-            raise proc.failure(f"not started after {timeout:.0f}s")
-        time.sleep(0.2)
 
 
 # ---- what runs, and where it talks ------------------------------------------------------
