@@ -31,6 +31,9 @@ from tests.waiting import wait_for
 from webhooks import contract as c
 
 FIGURES: dict[str, Any] = {}
+# A head starts in seconds on an idle machine; on a busy one a start can take a
+# minute and be tried again (devstack.ray_runner.START_ATTEMPTS).
+HEAD_TIMEOUT = 300
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -119,7 +122,7 @@ def ray_cluster(e2e_stack: devstack.Stack, admin,  # noqa: F811 - the fixture
         admin.create(RAYCLUSTERS.path(namespace), body)
         runner = RayClusterRunner(ray_tier, e2e_stack.api, ca, namespace, name).start()
         runners.append(runner)
-        wait_for(lambda: ray_tier.check() or runner.head_ready(), timeout=180, interval=0.5,
+        wait_for(lambda: ray_tier.check() or runner.head_ready(), timeout=HEAD_TIMEOUT, interval=0.5,
                  message=lambda: f"the Ray head of {namespace}/{name} (API: {runner.last_api_error})",
                  fatal=(RayProcessError,))
         driver = ray_tier.spawn(f"{name}-driver", ray_driver.argv(runner.gcs_address, runner.head_temp_dir),

@@ -29,6 +29,7 @@ JOIN_TIMEOUT = 180
 # Long enough for an admitted worker to join before the autoscaler gives up on it
 # (slow on a busy machine), short enough to see two cycles within the tier's budget.
 SHORT_ALLOCATE_TIMEOUT_S = 60
+IDLE_SECONDS = 10  # autoscalerOptions.idleTimeoutSeconds of a cluster that should shrink soon
 
 
 def replicas(admin, cluster: RayCluster) -> int:
@@ -135,3 +136,40 @@ def test_waiting_past_the_allocate_timeout(admin, controller, queue, ray_cluster
     FIGURES["allocate_timeout_s"] = SHORT_ALLOCATE_TIMEOUT_S
     FIGURES["churn_before"] = seen_before.churn()
     FIGURES["churn_after"] = seen_after.churn()
+
+
+def test_idle_scale_down_frees_quota_for_another_cluster(admin, controller, queue, ray_cluster,
+                                                          tmp_path: Path):
+    ns = queue(cpu="4", memory="100Gi")  # two heads and 2 workers between them
+    first = ray_cluster(ns, raycluster("first", idle_seconds=IDLE_SECONDS))
+    hold_first, hold_second = tmp_path / "first", tmp_path / "second"
+    with observed(admin, ns) as seen:
+        first.ask({"op": "submit", "count": 2, "cpus": 1, "hold": str(hold_first)})
+        wait_joined(admin, first, running=2, gated=0)
+        second = ray_cluster(ns, raycluster("second"))
+        second.ask({"op": "submit", "count": 2, "cpus": 1, "hold": str(hold_second)})
+        wait_joined(admin, second, running=0, gated=2)
+
+        hold_first.touch()
+        assert len(first.ask({"op": "results", "timeout": 120})["results"]) == 2
+        idle = time.monotonic()  # from here the first cluster's workers have nothing to do
+
+        def first_workers_gone() -> bool:  # pods and their Workloads, only the head's left
+            return settled(admin, ns, first.name, 0, 0)() is not None and no_orphans(admin, ns)
+        wait_for(first_workers_gone, timeout=IDLE_SECONDS + 120, interval=0.5,
+                 message=describe(admin, ns, first.name))
+        freed = time.monotonic()
+        wait_for(settled(admin, ns, second.name, 2, 0), timeout=120, interval=0.5,
+                 message=describe(admin, ns, second.name))
+        admitted = time.monotonic()
+        wait_joined(admin, second, running=2, gated=0)
+        joined = time.monotonic()
+        hold_second.touch()
+        results = second.ask({"op": "results", "timeout": 120})["results"]
+    assert len(results) == 2 and set(results) <= second.joined_workers()
+    assert seen.max_workers_running == 2  # the quota, across both clusters, at every moment
+    assert not first.runner.tier.watched.off_loopback, first.runner.tier.watched.off_loopback
+    FIGURES["idle_timeout_s"] = IDLE_SECONDS
+    FIGURES["idle_to_quota_freed_s"] = round(freed - idle, 1)
+    FIGURES["idle_to_other_admitted_s"] = round(admitted - idle, 1)
+    FIGURES["idle_to_other_joined_s"] = round(joined - idle, 1)
