@@ -25,7 +25,9 @@ from webhooks.autoscaler_env import (
 from .conftest import FIGURES, RayCluster, raycluster
 from .observe import observed
 
-JOIN_TIMEOUT = 180
+# Workers start one at a time (devstack.ray_runner); on an idle machine 4 join
+# in seconds, on a busy 2-core one each start can take a minute and a retry.
+JOIN_TIMEOUT = 300
 # Long enough for an admitted worker to join before the autoscaler gives up on it
 # (slow on a busy machine), short enough to see two cycles within the tier's budget.
 SHORT_ALLOCATE_TIMEOUT_S = 60
