@@ -48,9 +48,9 @@ def mutate_with(view: ClusterView, policy: Policy, review: Review) -> Outcome:
     return admit_create(review, view.context_for(review.object, review.namespace), policy)
 
 
-def ray_object_with(view: ClusterView, stage: Stage, review: Review) -> Outcome:
+def ray_object_with(view: ClusterView, stage: Stage, allocate_timeout: int, review: Review) -> Outcome:
     owners = view.context_for(review.object, review.namespace).owners
-    return admit_ray_object(review, owners, stage)
+    return admit_ray_object(review, owners, stage, allocate_timeout)
 
 
 def pods_ready_with(settings: Settings, kueue: KueueWatch | None) -> bool:
@@ -147,8 +147,10 @@ def start(settings: Settings) -> Runtime:
         readiness,
         settings.max_body_bytes,
         more={
-            c.RAY_OBJECTS_FIRST_PATH: ("ray-objects-first", partial(ray_object_with, view, Stage.FIRST)),
-            c.RAY_OBJECTS_LAST_PATH: ("ray-objects-last", partial(ray_object_with, view, Stage.LAST)),
+            c.RAY_OBJECTS_FIRST_PATH: ("ray-objects-first", partial(
+                ray_object_with, view, Stage.FIRST, settings.autoscaler_allocate_timeout_seconds)),
+            c.RAY_OBJECTS_LAST_PATH: ("ray-objects-last", partial(
+                ray_object_with, view, Stage.LAST, settings.autoscaler_allocate_timeout_seconds)),
         },
     )
     return Runtime(settings, app, certs, cluster, leadership, stop, tuple(threads))

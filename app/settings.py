@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     # gate is set), since only then does Kueue act on it (it evicts Workloads that
     # never get it); off saves one write per pod. "true"/"false" force it.
     pods_ready: Literal["auto", "true", "false"] = "auto"
+    # Written into an opted-in Ray cluster's autoscaler env on creation
+    # (RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S) unless the user set it:
+    # a worker waiting for quota is then kept, not recycled. 0 turns it off.
+    autoscaler_allocate_timeout_seconds: int = 86400
     # --- Kueue beside us (read, never written) -----------------------------------
     kueue_namespace: str = "kueue-system"
     kueue_config_map: str = "kueue-manager-config"

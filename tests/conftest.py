@@ -3,7 +3,8 @@
 Tiers are named for what they need: tests/unit -> `unit` (Python only, no server process),
 tests/serve -> `serve` (starts `raykueue serve` processes), tests/tools -> `tools`
 (promtool and helm from controlplane/build.sh), tests/api -> `api`
-(a real kube-apiserver and etcd), tests/e2e -> `e2e` (the whole stack). Select
+(a real kube-apiserver and etcd), tests/e2e -> `e2e` (the whole stack), tests/ray -> `ray`
+(the e2e stack plus real Ray processes and the KubeRay autoscaler). Select
 with -m, e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse)
 the local control plane from devstack; with --build-controlplane (scripts/test
 passes it) controlplane/build.sh runs first, and only when a selected test needs
@@ -35,7 +36,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 )
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "serve", "tools", "api", "e2e")
+TIERS = ("unit", "serve", "tools", "api", "e2e", "ray")
 REPO_ROOT = TESTS.parent
 
 

@@ -80,7 +80,8 @@ def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
     return Outcome(Verdict(True), "allowed", role=role, reason=judgement.reason)
 
 
-def admit_ray_object(review: Review, owners: Sequence[Obj], stage: Stage) -> Outcome:
+def admit_ray_object(review: Review, owners: Sequence[Obj], stage: Stage,
+                     allocate_timeout: int | None = None) -> Outcome:
     """A RayCluster/RayJob/RayService passing before (FIRST) or after (LAST) Kueue's webhooks."""
     obj = review.object
     kind = obj.get("kind")
@@ -96,7 +97,7 @@ def admit_ray_object(review: Review, owners: Sequence[Obj], stage: Stage) -> Out
         return Outcome(Verdict(False, message=message), "denied", reason=message)
     if not choice.opted_in:
         return Outcome(Verdict(True), "skipped", reason="not opted in")
-    patch = hide_from_kueue(obj, review.operation, stage)
+    patch = hide_from_kueue(obj, review.operation, stage, allocate_timeout)
     what = "queue hidden from Kueue" if stage is Stage.FIRST else "Kueue's defaulting undone"
     return Outcome(Verdict(True, patch=patch or None), "hidden" if stage is Stage.FIRST else "restored",
                    reason=f"{kind} {display_name(obj)} opted in on {choice.where}: "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from webhooks import contract as c
+from webhooks.autoscaler_env import allocate_timeout_patch
 from webhooks.mutate import Patch, drop_entries, pointer, put_entries
 from webhooks.objects import Obj, annotations, metadata
 
@@ -69,13 +70,20 @@ def opt_in(obj: Obj, owners: Sequence[Obj] = ()) -> OptIn:
     return OptIn(False)
 
 
-def hide_from_kueue(obj: Obj, operation: str, stage: Stage) -> Patch:
-    """The patch for an opted-in Ray object at one stage (see the module docstring)."""
+def hide_from_kueue(obj: Obj, operation: str, stage: Stage, allocate_timeout: int | None = None) -> Patch:
+    """The patch for an opted-in Ray object at one stage (see the module docstring).
+
+    On CREATE the first stage also raises the Ray autoscaler's allocate timeout
+    (webhooks/autoscaler_env.py) so that workers waiting for quota are not recycled.
+    """
     kind = obj.get("kind")
     if kind not in _CLUSTER_SPEC:
         return []
     if stage is Stage.FIRST:
         ops = _move_queue(("metadata",), metadata(obj))
+        cluster = _get(obj, _CLUSTER_SPEC[kind])
+        if operation == "CREATE" and isinstance(cluster, dict):
+            ops += allocate_timeout_patch(cluster, allocate_timeout, at=pointer(*_CLUSTER_SPEC[kind]))
         for where, template in _templates(obj, _CLUSTER_SPEC[kind]):
             ops += _move_queue((*where, "metadata"), _dict(template.get("metadata")))
         if operation == "CREATE" and _get(obj, _SUSPEND[kind]) is True:

@@ -172,3 +172,23 @@ def test_other_kinds_and_operations_pass_untouched() -> None:
     assert admit_ray_object(review(pod), (), Stage.FIRST).decision == "skipped"
     obj = ray_object("RayCluster", annotations=OPTED_IN, labels={c.QUEUE_LABEL: "team-a"})
     assert admit_ray_object(review(obj, "DELETE"), (), Stage.FIRST).verdict.patch is None
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService"])
+def test_the_first_stage_raises_the_autoscalers_allocate_timeout_unless_the_user_set_it(kind: str) -> None:
+    from webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
+
+    obj = ray_object(kind, annotations=OPTED_IN)
+    node = obj
+    for part in CLUSTER_SPEC[kind]:
+        node = node[part]
+    node["enableInTreeAutoscaling"] = True
+    outcome = admit_ray_object(review(obj), (), Stage.FIRST, allocate_timeout=86400)
+    stored = jsonpatch.apply_patch(obj, outcome.verdict.patch or [])
+    spec = stored
+    for part in CLUSTER_SPEC[kind]:
+        spec = spec[part]
+    assert spec["autoscalerOptions"]["env"] == [{"name": ALLOCATE_TIMEOUT_ENV, "value": "86400"}]
+    assert admit_ray_object(review(stored), (), Stage.FIRST, allocate_timeout=86400).verdict.patch is None
+    node["autoscalerOptions"] = {"env": [{"name": ALLOCATE_TIMEOUT_ENV, "value": "60"}]}
+    assert admit_ray_object(review(obj), (), Stage.FIRST, allocate_timeout=86400).verdict.patch is None
