@@ -314,6 +314,17 @@ class RaykueueServer:
         finally:
             self.stop()
 
+    def metric_total(self, name: str) -> float:
+        """The sum of every series of counter `name` on this server's /metrics."""
+        import ssl
+        import urllib.request
+
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        with urllib.request.urlopen(self.url + "/metrics", context=context, timeout=5) as resp:
+            text = resp.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + "{"))
+
     def logs(self, lines: int = 60) -> str:
         return tail(self.log_path, lines)
 

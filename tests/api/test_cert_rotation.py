@@ -196,11 +196,7 @@ def ca_bundle(api: Any, path: str) -> bytes:
 
 
 def admissions(server: RaykueueServer) -> float:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    with urllib.request.urlopen(server.url + "/metrics", context=context, timeout=5) as resp:
-        text = resp.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("raykueue_admission_requests_total{"))
+    return server.metric_total("raykueue_admission_requests_total")
 
 
 def raykueue_cli(stack: devstack.Stack, *args: str) -> str:

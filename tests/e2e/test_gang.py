@@ -9,10 +9,8 @@ admitted Workload covering it (its own, or its gang's base).
 
 from __future__ import annotations
 
-import ssl
 import threading
 import time
-import urllib.request
 from typing import Any
 
 from controller import gang_decide as gd
@@ -132,11 +130,7 @@ class GangWatch:
 
 
 def api_writes(server: RaykueueServer) -> float:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    with urllib.request.urlopen(server.url + "/metrics", context=context, timeout=5) as resp:
-        text = resp.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("raykueue_api_writes_total{"))
+    return server.metric_total("raykueue_api_writes_total")
 
 
 def started(api: Rest, ns: str, name: str) -> list[dict[str, Any]]:
