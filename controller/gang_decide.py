@@ -94,6 +94,9 @@ class GangContext:
     pods_ready: bool = True
     flavors: Mapping[str, Obj] = field(default_factory=dict)
     priority_values: Mapping[str, int] = field(default_factory=dict)
+    # The RayCluster itself is gone or going (asked only when the head is gone): its
+    # pods go with it, so there is nothing to requeue, only the base to delete.
+    cluster_gone: bool = False
 
 
 def base_state(base: Obj | None) -> g.Base:
@@ -171,6 +174,9 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
         cond = w.condition(base, w.EVICTED) or {}
         return _requeue(base, in_base, str(cond.get("reason") or FINISHED_EVICTED),
                         str(cond.get("message") or "evicted by Kueue")), plan
+    if plan.requeue and base is not None and ctx.cluster_gone:
+        return [(None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED,
+                                      "the RayCluster is gone: its pods go with it"))], plan
     if plan.requeue and base is not None:
         return _requeue(base, in_base, GANG_REQUEUED, "the gang's head is gone"), plan
 

@@ -25,6 +25,8 @@ from kube.rest import ApiError, Rest
 from webhooks import contract as c
 from webhooks.objects import Obj, labels, metadata
 
+_RAYCLUSTERS = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
+
 
 @dataclass(frozen=True, slots=True)
 class Facts:
@@ -112,9 +114,22 @@ class Reader:
         if ref is not None:
             base = self.workload(ns, gd.base_name(cluster, str(ref["uid"])))
         ctx = self._context(None, None, None)
+        live_head = any(p.role(x) == c.ROLE_HEAD and not p.is_deleting(x) for x in pods)
+        gone = ref is not None and base is not None and not live_head and self._cluster_gone(ns, ref)
         return GangFacts(pods, own, base, gd.GangContext(
             version=self.version, pods_ready=self.config.pods_ready, flavors=ctx.flavors,
-            priority_values=ctx.priority_values))
+            priority_values=ctx.priority_values, cluster_gone=gone))
+
+    def _cluster_gone(self, ns: str, ref: Obj) -> bool:
+        """Whether the gang's RayCluster is deleted or being deleted (a live GET, head gone only)."""
+        try:
+            found = self.rest.get(_RAYCLUSTERS.path(ns, str(ref.get("name"))))
+        except ApiError as exc:
+            if exc.is_not_found:
+                return True
+            raise Retry(f"reading RayCluster {ns}/{ref.get('name')}: {exc}") from exc
+        meta = found.get("metadata") or {}
+        return meta.get("uid") != ref.get("uid") or bool(meta.get("deletionTimestamp"))
 
     def _live_pod_uid(self, key: Key) -> str | None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -110,6 +111,14 @@ def test_the_head_gone_requeues_the_base_whole() -> None:
     steps, _ = gd.decide_gang(pods[1:], {}, base, CTX)
     assert kinds(steps) == [(pods[1]["metadata"]["name"], "EvictPod"),
                             (pods[2]["metadata"]["name"], "EvictPod"), (None, "DeleteWorkload")]
+
+
+def test_the_head_gone_with_its_raycluster_only_deletes_the_base() -> None:
+    """Deleting a RayCluster takes its pods along; evicting them first would be writes for nothing."""
+    pods = cluster(2, gated=False, phase="Running", ready=True)
+    base = base_for(pods, "admitted")
+    steps, _ = gd.decide_gang(pods[1:], {}, base, dataclasses.replace(CTX, cluster_gone=True))
+    assert kinds(steps) == [(None, "DeleteWorkload")]
 
 
 def test_an_evicted_base_is_requeued_whole() -> None:
