@@ -356,11 +356,19 @@ FAST_FAILURES = {"lease_seconds": 3, "renew_seconds": 1, "retry_seconds": 0.05}
 def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(ending: str) -> None:
     store = FakeLeases()
     wall = lambda: datetime.now(UTC)  # noqa: E731
-    a = elector(store, "a", wall, failures=Backoff(initial=0.3, cap=0.3, jitter=0),
+    released_when_failed: list[bool] = []
+
+    class Observed(Backoff):
+        # The failure's backoff is taken the moment before the failure is reported:
+        # the Lease must be free by then.
+        def next(self) -> float:
+            released_when_failed.append("holderIdentity" not in store.spec and not a.is_leader)
+            return super().next()
+
+    a = elector(store, "a", wall, failures=Observed(initial=0.3, cap=0.3, jitter=0),
                 **FAST_FAILURES)
     stop = threading.Event()
     terms: list[threading.Event] = []
-    released_when_failed: list[bool] = []
 
     def work(lost: threading.Event) -> None:
         terms.append(lost)
@@ -370,18 +378,8 @@ def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(endi
             return
         lost.wait()
 
-    def watch_failure() -> None:
-        # While a reports the failure, the Lease must already be free.
-        while not stop.is_set():
-            if a.failure is not None:
-                released_when_failed.append("holderIdentity" not in store.spec
-                                            and not a.is_leader)
-            time.sleep(0.005)
-
     runner = threading.Thread(target=a.run, args=(work, stop), daemon=True)
-    watcher = threading.Thread(target=watch_failure, daemon=True)
     runner.start()
-    watcher.start()
     try:
         wait_for(lambda: a.failure is not None, timeout=5, interval=0.01,
                  message="a reports its failed term")
@@ -393,7 +391,6 @@ def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(endi
     finally:
         stop.set()
         runner.join(3)
-        watcher.join(3)
     assert released_when_failed and all(released_when_failed)
 
 
