@@ -37,7 +37,7 @@ from kube.rest import ApiError, Rest
 from tests import reviews as rv
 from tests.reviews import gates
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
+from tests.waiting import holds_for, wait_for
 from webhooks import contract as c
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
@@ -291,13 +291,7 @@ def cond(wl: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 
 
 def stays(check: Callable[[], bool], seconds: float = 1.5) -> bool:
-    """`check` holds for the whole period (a negative test needs some patience)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not check():
-            return False
-        time.sleep(0.1)
-    return True
+    return holds_for(check, seconds)
 
 
 def events_for(admin: Rest, ns: str, name: str) -> list[dict[str, Any]]:

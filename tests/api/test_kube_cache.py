@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -168,7 +167,7 @@ def test_stop_is_prompt(rest: Rest, new_namespace, caches) -> None:
     ns = new_namespace("kube-cache")
     cache, _ = caches(rest, ns)
     thread = cache._thread
-    started = time.monotonic()
+    # The server would keep the watch open for a minute and stop() waits 5 s for
+    # the thread: it is gone only if stop() closed the stream.
     cache.stop()
-    assert time.monotonic() - started < 2
     assert thread is not None and not thread.is_alive()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +12,7 @@ from kube.backoff import Backoff
 from kube.leader import LeaderElector, lease_expired, observe, parse_time
 from kube.resources import LEASES
 from kube.rest import Rest
-from tests.waiting import wait_for
+from tests.waiting import holds_for, wait_for, within
 
 FAST = {"lease_seconds": 3, "renew_seconds": 2, "retry_seconds": 0.2}
 
@@ -81,17 +80,18 @@ def test_one_leader_among_two_and_handover_on_stop(rest: Rest, candidates) -> No
     # b keeps trying for longer than a lease lasts, and never wins while a renews.
     # Asserting "never" takes watching for a while.
     first_renew = spec["renewTime"]
-    until = time.monotonic() + FAST["lease_seconds"] + 1
-    while time.monotonic() < until:
-        assert a.elector.is_leader and not b.elector.is_leader
-        time.sleep(0.05)
+    assert holds_for(lambda: a.elector.is_leader and not b.elector.is_leader,
+                     FAST["lease_seconds"] + 1, interval=0.05)
     assert lease(rest, ns)["renewTime"] != first_renew
     assert not b.terms
 
     a.halt()
     assert a.terms[0].is_set() and not a.elector.is_leader
-    # A released lease is taken at b's next retry, well before it would expire.
-    wait_for(lambda: b.elector.is_leader, timeout=2, message="b takes over a released lease")
+    # Released, not left to expire: the record no longer names a (b may have taken
+    # it already at its next retry), so no one waits out a's lease.
+    assert lease(rest, ns).get("holderIdentity") in (None, "b")
+    wait_for(lambda: b.elector.is_leader, timeout=within(FAST["retry_seconds"]),
+             message="b takes over a released lease")
     spec = lease(rest, ns)
     assert spec["holderIdentity"] == "b"
     assert spec["leaseTransitions"] >= 1
@@ -104,7 +104,9 @@ def test_takeover_after_a_holder_vanishes(rest: Rest, candidates) -> None:
     assert ghost.try_acquire_or_renew()
     b = Candidate(rest, ns, "b").start()
     made.append(b)
-    wait_for(lambda: b.elector.is_leader, timeout=15, message="b takes over an expired lease")
+    wait_for(lambda: b.elector.is_leader,
+             timeout=within(FAST["lease_seconds"] + FAST["retry_seconds"]),
+             message="b takes over an expired lease")
     spec = lease(rest, ns)
     assert spec["holderIdentity"] == "b"
     assert spec["leaseTransitions"] == 1

@@ -14,6 +14,7 @@ from kube.client import load_api_client
 from kube.events import WARNING, EventRecorder
 from kube.resources import EVENTS_V1, NAMESPACES, Resource, served_versions
 from kube.rest import ApiError, Rest
+from tests.waiting import within
 
 CONFIGMAPS = Resource("", "v1", "configmaps")
 
@@ -107,7 +108,8 @@ def test_watch_ends_when_the_server_times_it_out(rest: Rest, new_namespace) -> N
     quiet = {"labelSelector": "nothing=here"}
     with rest.watch(CONFIGMAPS.path(ns), quiet, timeout_seconds=1) as stream:
         assert list(stream) == []
-    assert time.monotonic() - started < 10
+    # Our read timeout would end it only at 16 s: ending sooner is the server's doing.
+    assert time.monotonic() - started < within(1)
 
 
 def test_events_are_accepted_by_validation(rest: Rest, new_namespace) -> None:

@@ -4,8 +4,10 @@ Real KubeRay scales a RayCluster's workers up and down; at a random moment
 in each change the controller's process is killed and started again. After
 every round, read from the API server:
 
-1. no pod keeps the gate without a Workload for longer than one resync
-   (counted from when the restarted controller is ready, sampled throughout),
+1. no pod keeps the gate without a Workload for longer than `within()` one
+   resync (counted from when the restarted controller is ready, sampled
+   throughout; a pod the controller misses waits forever, a slow machine adds
+   seconds); the longest wait is printed and bench/RESULTS.md records it,
 2. no Workload is orphaned: every live Workload of ours belongs to a pod that
    exists (uid and all), and every pod has exactly one,
 3. the ClusterQueue's usage equals the admitted pods that exist (its count and
@@ -43,7 +45,7 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     workloads,
 )
 from tests.stackfixtures import RaykueueServer
-from tests.waiting import wait_for
+from tests.waiting import wait_for, within
 from webhooks import contract as c
 
 ROUNDS = int(os.environ.get("RAYKUEUE_FAULT_ROUNDS", "20"))
@@ -175,7 +177,7 @@ def test_controller_killed_at_random_points_of_scaling(admin, killable, queue): 
                  message=lambda n=n, a=workers, b=target: f"round {n}: {a}->{b} workers to "
                                                           f"settle: {summary(watcher)}")
         check_invariants(admin, ns, watcher, target)
-        assert watcher.worst <= RESYNC_SECONDS, \
+        assert watcher.worst <= within(RESYNC_SECONDS), \
             f"pod {watcher.worst_pod} was gated without a Workload for {watcher.worst:.1f}s"
         when = "before" if delay < 0 else f"@{delay:.2f}s"
         figures.append(f"{workers}->{target} kill {when} {time.monotonic() - t0:.1f}s")

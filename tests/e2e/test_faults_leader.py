@@ -1,12 +1,13 @@
 """Two replicas of `raykueue serve`; the leader is SIGKILLed, the other takes over.
 
 A killed leader cannot release its Lease: the other replica may only take
-it once the Lease has expired (leaseDurationSeconds after the last renewal),
-and notices at its next retry. So the takeover must come within the lease
-duration plus one retry period (plus the retry jitter and this test's
-polling), counted from the kill; the measured time is printed. The new
-leader must then actually run the controller: a new gated pod gets its
-Workload.
+it once the Lease has expired, and must not take it sooner. Both replicas run
+on this machine's clock, so "not sooner" is exact: the new holder's acquireTime
+is at least leaseDurationSeconds after the dead holder's last renewTime. The
+takeover is due within the lease plus one retry (plus jitter); the test allows
+`within()` of that (a replica that misses its chance misses by whole retries or
+leases) and prints the measured times, which bench/RESULTS.md records. The new
+leader must then actually run the controller: a new gated pod gets its Workload.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from app.settings import Settings
 from controller import workload as w
+from kube.leader import parse_time
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     admin,
     create_pod,
@@ -36,7 +38,7 @@ from tests.stackfixtures import (  # noqa: F401 - fixture
     sole_leader,
     start_replicas,
 )
-from tests.waiting import wait_for
+from tests.waiting import wait_for, within
 
 LEASE = "raykueue-controller"
 # The defaults `raykueue serve` runs with.
@@ -63,22 +65,26 @@ def test_leader_killed_the_other_replica_takes_over_within_the_lease(
         killed_at = time.monotonic()
         leader.proc.wait(timeout=10)
         leader.proc = None
+        last_renewed = parse_time(api_stack.api.get(lease_path)["spec"]["renewTime"])
 
         def new_holder() -> str | None:
             spec = api_stack.api.get(lease_path)["spec"]
             return spec.get("holderIdentity") not in (None, "", holder) and spec["holderIdentity"]
 
-        bound = LEASE_SECONDS + RETRY_SECONDS * (1 + JITTER) + 2 * POLL
-        wait_for(new_holder, timeout=bound + 30, interval=POLL, message="a new Lease holder")
+        due = LEASE_SECONDS + RETRY_SECONDS * (1 + JITTER)
+        wait_for(new_holder, timeout=within(due), interval=POLL, message="a new Lease holder")
         lease_moved = time.monotonic() - killed_at
-        wait_for(lambda: controller_detail(other).startswith("leading"), timeout=30,
+        acquired = parse_time(api_stack.api.get(lease_path)["spec"]["acquireTime"])
+        assert last_renewed is not None and acquired is not None
+        waited = (acquired - last_renewed).total_seconds()
+        assert waited >= LEASE_SECONDS, f"taken {waited:.2f}s after the last renewal"
+        wait_for(lambda: controller_detail(other).startswith("leading"), timeout=within(due),
                  interval=POLL, message="the other replica to report leading")
         leading_after = time.monotonic() - killed_at
-        print(f"\n[faults] leader SIGKILLed: Lease taken over after {lease_moved:.2f}s, "
-              f"/readyz 'leading' after {leading_after:.2f}s (lease {LEASE_SECONDS:.0f}s, "
-              f"retry {RETRY_SECONDS:.0f}s, bound {bound:.1f}s)")
-        assert lease_moved <= bound
-        assert leading_after <= bound + 1.0
+        print(f"\n[faults] leader SIGKILLed: Lease taken over after {lease_moved:.2f}s "
+              f"({waited:.2f}s after its last renewal), /readyz 'leading' after "
+              f"{leading_after:.2f}s (lease {LEASE_SECONDS:.0f}s, retry {RETRY_SECONDS:.0f}s: "
+              f"due by {due:.1f}s)")
 
         # And it leads for real: a gated pod gets its Workload from the survivor.
         pod = create_pod(admin, ray_pod(ns, scope, "head", "rc-head-after-takeover"))

@@ -16,6 +16,7 @@ from controller.loop import Controller
 from kube.rest import ApiError
 from tests.unit import controller_objects as o
 from tests.unit.controller_world import World
+from tests.waiting import wait_for, within
 from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
@@ -532,10 +533,7 @@ def test_run_discovers_version_and_stops_on_the_event():
     stop = threading.Event()
     thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
     thread.start()
-    for _ in range(200):
-        if world.of("workloads"):
-            break
-        threading.Event().wait(0.01)
+    wait_for(lambda: world.of("workloads"), timeout=within(1), message="the head's Workload")
     stop.set()
     thread.join(timeout=5)
     assert not thread.is_alive()

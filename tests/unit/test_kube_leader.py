@@ -23,7 +23,7 @@ from kube.leader import (
     released,
 )
 from kube.rest import ApiError
-from tests.waiting import wait_for
+from tests.waiting import wait_for, within
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -269,8 +269,7 @@ def test_run_leads_then_releases_on_stop() -> None:
     runner.start()
     assert started.wait(2) and a.is_leader
     writes = store.writes
-    time.sleep(0.3)
-    assert store.writes > writes  # it keeps renewing
+    wait_for(lambda: store.writes > writes + 1, timeout=within(1), message="renewals")
     stop.set()
     runner.join(3)
     assert not runner.is_alive()
@@ -280,7 +279,10 @@ def test_run_leads_then_releases_on_stop() -> None:
 
 def test_run_steps_down_when_renewals_fail_past_deadline() -> None:
     store = FakeLeases()
-    a = elector(store, "a", lease_seconds=3, renew_seconds=0.4, retry_seconds=0.05)
+    # A long lease: stepping down must come after the renew deadline and before
+    # anyone else could take the Lease, and the gap between the two is wide.
+    lease, renew, retry = 10, 0.4, 0.05
+    a = elector(store, "a", lease_seconds=lease, renew_seconds=renew, retry_seconds=retry)
     stop = threading.Event()
     lost_events: list[threading.Event] = []
     started = threading.Semaphore(0)
@@ -295,8 +297,8 @@ def test_run_steps_down_when_renewals_fail_past_deadline() -> None:
     assert started.acquire(timeout=2)
     store.fail = True
     began = time.monotonic()
-    assert lost_events[0].wait(2)
-    assert 0.2 < time.monotonic() - began < 1.5
+    assert lost_events[0].wait(lease)
+    assert renew - retry < time.monotonic() - began < lease
     assert not a.is_leader
     # The record still names us, so once the API is back we lead again,
     # with a fresh lost event.
@@ -333,14 +335,11 @@ def test_two_runners_never_lead_together_and_fail_over() -> None:
                threading.Thread(target=watcher, daemon=True)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 3
-    while not leaders and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: leaders, timeout=within(timing["retry_seconds"]), message="a leader")
     first = leaders[0]
     (stop_a if first == "a" else stop_b).set()
-    deadline = time.monotonic() + 3
-    while len(leaders) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: len(leaders) >= 2, timeout=within(timing["lease_seconds"]),
+             message="the other takes over")
     assert leaders[:2] == [first, "b" if first == "a" else "a"]
     stop_a.set()
     stop_b.set()
