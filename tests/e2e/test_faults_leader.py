@@ -3,8 +3,10 @@
 A killed leader cannot release its Lease: the other replica may only take
 it once the Lease has expired, and must not take it sooner. Both replicas run
 on this machine's clock, so "not sooner" is exact: the new holder's acquireTime
-is at least leaseDurationSeconds after the dead holder's last renewTime. The
-takeover is due within the lease plus one retry (plus jitter); the test allows
+is at least leaseDurationSeconds after the dead holder's last renewTime. Expiry
+is judged by observed time, so the takeover is due within the lease plus two
+retries (plus jitter): one until the survivor first sees the last renewal, one
+until it looks again after the lease has run out. The test allows
 `within()` of that (a replica that misses its chance misses by whole retries or
 leases) and prints the measured times, which bench/RESULTS.md records. The new
 leader must then actually run the controller: a new gated pod gets its Workload.
@@ -71,7 +73,7 @@ def test_leader_killed_the_other_replica_takes_over_within_the_lease(
             spec = api_stack.api.get(lease_path)["spec"]
             return spec.get("holderIdentity") not in (None, "", holder) and spec["holderIdentity"]
 
-        due = LEASE_SECONDS + RETRY_SECONDS * (1 + JITTER)
+        due = LEASE_SECONDS + 2 * RETRY_SECONDS * (1 + JITTER)
         wait_for(new_holder, timeout=within(due), interval=POLL, message="a new Lease holder")
         lease_moved = time.monotonic() - killed_at
         acquired = parse_time(api_stack.api.get(lease_path)["spec"]["acquireTime"])
