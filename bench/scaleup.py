@@ -125,6 +125,26 @@ class RssSampler(threading.Thread):
             self.hwm = max(self.hwm, proc_status_kib(self.pid, "VmHWM"))
 
 
+class Progress(threading.Thread):
+    """A line a minute, so that a run cut short (a bound, an interrupt) still says
+    how far it got and what the server's memory was there."""
+
+    def __init__(self, seen: Seen, rss: RssSampler, t0: float, every: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self.seen, self.rss, self.t0, self.every = seen, rss, t0, every
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            gated = len(self.seen.gated_with_workload())
+            grown = (self.rss.hwm - self.rss.start_rss) / 1024
+            per_pod = f", {grown / gated:.4f} MiB per pod" if gated else ""
+            print(f"  {time.monotonic() - self.t0:.0f}s: {len(self.seen.created)} created, "
+                  f"{gated} gated with Workload, {len(self.seen.running)} Running; RSS "
+                  f"{proc_status_kib(self.rss.pid, 'VmRSS') / 1024:.0f} MiB, peak "
+                  f"{self.rss.hwm / 1024:.0f} MiB{per_pod}", flush=True)
+
+
 def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict:
     ns = add_namespace(rest, f"scale-{n}", "raykueue", "bench")
     server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-scale-")), ns)
@@ -136,6 +156,7 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
     caches[0].add_handler(seen.on_pod)
     caches[1].add_handler(seen.on_workload)
     result: dict = {"n": n, "ns": ns}
+    progress: Progress | None = None
     try:
         rest.create(RAYCLUSTERS.path(ns), raycluster(ns, n))
         wait_for(lambda: any(p["status"].get("phase") == "Running"
@@ -146,6 +167,8 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
             cache.wait_synced(60)
         before = request_totals(rest)
         t0 = time.monotonic()
+        progress = Progress(seen, rss, t0)
+        progress.start()
         rest.json_patch(RAYCLUSTERS.path(ns, CLUSTER),
                         [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": n}])
         for phase, done in (("gated", lambda: len(seen.gated_with_workload()) >= n),
@@ -169,6 +192,8 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
         )
     finally:
         rss.stop.set()
+        if progress is not None:
+            progress.stop.set()
         for cache in caches:
             cache.stop()
         rest.delete(f"/api/v1/namespaces/{ns}")
