@@ -89,10 +89,47 @@ def _interned(value: Any) -> Any:
     return value
 
 
-def _kind_and_meta(obj: dict[str, Any]) -> dict[str, Any]:
+class _Shared:
+    """One copy of each value that many objects repeat: a Ray cluster's workers
+    carry the same labels, owner reference, tolerations and conditions, and
+    their Workloads the same spec and admission. Cached objects are read-only
+    (kube.cache), so sharing a value between them is safe.
+
+    The table holds each distinct value once; should values turn out to be
+    mostly distinct it starts over rather than grow without bound.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._values: dict[bytes, Any] = {}
+        self._lock = threading.Lock()  # one watch thread per cache, two caches
+
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, dict | list) or not value:
+            return value
+        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        with self._lock:
+            found = self._values.get(key)
+            if found is None:
+                if len(self._values) >= self._limit:
+                    self._values.clear()
+                found = self._values[key] = value
+        return found
+
+
+_shared = _Shared()
+# Fields that repeat across a cluster's pods and their Workloads.
+_POD_META_SHARED: Final = ("labels", "annotations", "ownerReferences")
+
+
+def _kind_and_meta(obj: dict[str, Any], shared: tuple[str, ...] = ()) -> dict[str, Any]:
     # kind and apiVersion: Events about the object reference it by them.
     out = {k: sys.intern(obj[k]) for k in ("apiVersion", "kind") if isinstance(obj.get(k), str)}
-    out["metadata"] = _pick(obj.get("metadata"), META_KEPT)
+    meta = _pick(obj.get("metadata"), META_KEPT)
+    for k in shared:
+        if k in meta:
+            meta[k] = _shared(meta[k])
+    out["metadata"] = meta
     return out
 
 
@@ -110,9 +147,12 @@ def slim_workload(obj: dict[str, Any]) -> w.SlimWorkload:
         if isinstance(pod_sets, list):
             kept["podSets"] = [{k: v for k, v in x.items() if k != "template"}
                                if isinstance(x, dict) else x for x in pod_sets]
-        out["spec"] = _interned(kept)
+        out["spec"] = _shared(_interned(kept))
     if "status" in obj:
-        out["status"] = _pick(obj.get("status"), WORKLOAD_STATUS_KEPT)
+        status = _pick(obj.get("status"), WORKLOAD_STATUS_KEPT)
+        if "admission" in status:
+            status["admission"] = _shared(status["admission"])
+        out["status"] = status
     return w.SlimWorkload(out, w.pod_sets_fingerprint(obj))
 
 
@@ -123,17 +163,17 @@ def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
     statuses, most of a pod's bytes, are read by nothing here."""
     if isinstance(obj, p.SlimPod):
         return obj
-    out = _kind_and_meta(obj)
+    out = _kind_and_meta(obj, _POD_META_SHARED)
     full = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    out["spec"] = _pick(full, POD_SPEC_KEPT)
+    out["spec"] = _shared(_pick(full, POD_SPEC_KEPT))
     status = obj.get("status")
     if isinstance(status, dict):
         kept = _pick(status, POD_STATUS_KEPT)
         conds = status.get("conditions")
         if isinstance(conds, list):
-            kept["conditions"] = [
+            kept["conditions"] = _shared([
                 _pick(x, ("type", "status")) for x in conds
-                if isinstance(x, dict) and x.get("type") in POD_CONDITIONS_KEPT]
+                if isinstance(x, dict) and x.get("type") in POD_CONDITIONS_KEPT])
         out["status"] = kept
     buildable = p.is_gated(obj) or bool(labels(obj).get(c.GANG_LABEL))
     return p.SlimPod(out, w.pod_sizing(obj), orjson.dumps(full) if buildable else None)

@@ -171,3 +171,14 @@ def test_explain_renders_the_same_from_trimmed_objects():
         slim_wl = next(iter(slim_wls), None)
         assert e.explain(slim, slim_wl, others=slim_wls, queue_peers=slim_wls, context=ctx()) == (
             e.explain(pod, wl, others=wls, queue_peers=wls, context=ctx()))
+
+
+def test_a_clusters_pods_share_their_repeated_fields_in_the_cache():
+    one, two = (slim_pod(running_pod(ready=True)) for _ in range(2))
+    assert p.uid(one) != p.uid(two)
+    for path in (("metadata", "labels"), ("metadata", "ownerReferences"), ("spec",)):
+        a, b = one, two
+        for key in path:
+            a, b = a[key], b[key]
+        assert a is b, path
+    assert one["status"]["conditions"] is two["status"]["conditions"]
