@@ -13,9 +13,9 @@ API writes per pod (apiserver_request_total) and how far it got when a bound ran
 
 Node capacity and the ClusterQueue's quota are sized from the largest N, so every
 worker is admissible; each phase is bounded by --max-wait or --per-pod-wait x N,
-whichever is larger (KubeRay creates roughly 7-18 pods a second on a loaded machine).
+whichever is larger (KubeRay created 2-18 pods a second on a loaded machine, bench/RESULTS.md).
 
-    python bench/scaleup.py [--sizes 100,1000,5000,10000] [--max-wait 900] [--per-pod-wait 0.25]
+    python bench/scaleup.py [--sizes 100,1000,5000,10000] [--max-wait 900] [--per-pod-wait 0.6]
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,1000,5000")
     parser.add_argument("--max-wait", type=float, default=900,
                         help="least bound on each phase, seconds")
-    parser.add_argument("--per-pod-wait", type=float, default=0.25,
+    parser.add_argument("--per-pod-wait", type=float, default=0.6,
                         help="bound on each phase per worker, seconds (when larger than --max-wait)")
     parser.add_argument("--keep-stack", action="store_true")
     args = parser.parse_args()
