@@ -7,10 +7,15 @@ Running before the clock starts; then its worker group is edited from 0 to N
 replicas. Watches record when each worker pod was first seen gated and when its
 Workload was first seen, and when the pod was first seen Running. Printed per N:
 time until every worker is gated with its Workload, time until every admissible
-worker is Running, the server's peak RSS (VmHWM from /proc), API writes per pod
-(apiserver_request_total) and how far it got when a bound ran out.
+worker is Running, the server's RSS at start and peak RSS (VmHWM from /proc), MiB per
+pod ((peak - start) / N: what each pod and its Workload cost the caches and controller),
+API writes per pod (apiserver_request_total) and how far it got when a bound ran out.
 
-    python bench/scaleup.py [--sizes 100,1000,5000] [--max-wait 900]
+Node capacity and the ClusterQueue's quota are sized from the largest N, so every
+worker is admissible; each phase is bounded by --max-wait or --per-pod-wait x N,
+whichever is larger (KubeRay created 2-18 pods a second on a loaded machine, bench/RESULTS.md).
+
+    python bench/scaleup.py [--sizes 100,1000,5000,10000] [--max-wait 900] [--per-pod-wait 0.6]
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ from tests.waiting import WaitTimeout, wait_for  # noqa: E402
 from webhooks import contract as c  # noqa: E402
 
 CLUSTER = "scale"
+KWOK_NODES = 10
+# Kueue counts 200m / 256Mi per worker (KubeRay's wait-gcs-ready init container).
+WORKER_CPU_MILLI, WORKER_MEMORY_MI = 200, 256
 
 
 def raycluster(ns: str, max_workers: int) -> dict:
@@ -117,6 +125,26 @@ class RssSampler(threading.Thread):
             self.hwm = max(self.hwm, proc_status_kib(self.pid, "VmHWM"))
 
 
+class Progress(threading.Thread):
+    """A line a minute, so that a run cut short (a bound, an interrupt) still says
+    how far it got and what the server's memory was there."""
+
+    def __init__(self, seen: Seen, rss: RssSampler, t0: float, every: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self.seen, self.rss, self.t0, self.every = seen, rss, t0, every
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            gated = len(self.seen.gated_with_workload())
+            grown = (self.rss.hwm - self.rss.start_rss) / 1024
+            per_pod = f", {grown / gated:.4f} MiB per pod" if gated else ""
+            print(f"  {time.monotonic() - self.t0:.0f}s: {len(self.seen.created)} created, "
+                  f"{gated} gated with Workload, {len(self.seen.running)} Running; RSS "
+                  f"{proc_status_kib(self.rss.pid, 'VmRSS') / 1024:.0f} MiB, peak "
+                  f"{self.rss.hwm / 1024:.0f} MiB{per_pod}", flush=True)
+
+
 def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict:
     ns = add_namespace(rest, f"scale-{n}", "raykueue", "bench")
     server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-scale-")), ns)
@@ -128,6 +156,7 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
     caches[0].add_handler(seen.on_pod)
     caches[1].add_handler(seen.on_workload)
     result: dict = {"n": n, "ns": ns}
+    progress: Progress | None = None
     try:
         rest.create(RAYCLUSTERS.path(ns), raycluster(ns, n))
         wait_for(lambda: any(p["status"].get("phase") == "Running"
@@ -138,6 +167,8 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
             cache.wait_synced(60)
         before = request_totals(rest)
         t0 = time.monotonic()
+        progress = Progress(seen, rss, t0)
+        progress.start()
         rest.json_patch(RAYCLUSTERS.path(ns, CLUSTER),
                         [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": n}])
         for phase, done in (("gated", lambda: len(seen.gated_with_workload()) >= n),
@@ -156,10 +187,13 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
             running_s=max(seen.running.values()) - t0 if seen.running else None,
             hwm_mib=max(rss.hwm, proc_status_kib(server.proc.pid, "VmHWM")) / 1024,
             start_rss_mib=rss.start_rss / 1024,
+            bound_s=max_wait,
             writes=lifecycle_writes(before, request_totals(rest)),
         )
     finally:
         rss.stop.set()
+        if progress is not None:
+            progress.stop.set()
         for cache in caches:
             cache.stop()
         rest.delete(f"/api/v1/namespaces/{ns}")
@@ -175,31 +209,40 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,5000")
-    parser.add_argument("--max-wait", type=float, default=900, help="bound on each phase, seconds")
+    parser.add_argument("--max-wait", type=float, default=900,
+                        help="least bound on each phase, seconds")
+    parser.add_argument("--per-pod-wait", type=float, default=0.6,
+                        help="bound on each phase per worker, seconds (when larger than --max-wait)")
     parser.add_argument("--keep-stack", action="store_true")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    config = bench_config()
+    largest = max(sizes)
+    # Room for the largest size plus the head and a tenth to spare, on nodes and in quota.
+    room = largest + largest // 10 + 100
+    config = bench_config(nodes=KWOK_NODES, pods_per_node=max(600, -(-room // KWOK_NODES)))
     stack, started = devstack.up("e2e", config)
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     rest = Rest(api)
-    make_queue(rest, "bench", cpu="2000", memory="4000Gi")
+    cpu, memory = max(2000, room * WORKER_CPU_MILLI // 1000), max(4000, room * WORKER_MEMORY_MI // 1024)
+    make_queue(rest, "bench", cpu=str(cpu), memory=f"{memory}Gi")
     print(f"stack {'started' if started else 'reused'} at {stack.dir}; {config.nodes.count} kwok "
-          f"nodes x {config.nodes.capacity['pods']} pods; ClusterQueue bench: cpu 2000, memory "
-          f"4000Gi (10,000 workers: KubeRay's wait-gcs-ready init container makes each 200m/256Mi)")
+          f"nodes x {config.nodes.capacity['pods']} pods; ClusterQueue bench: cpu {cpu}, memory "
+          f"{memory}Gi (KubeRay's wait-gcs-ready init container makes each worker "
+          f"{WORKER_CPU_MILLI}m/{WORKER_MEMORY_MI}Mi)")
     results = []
     try:
         for n in sizes:
-            print(f"\n-- {n} workers")
-            r = one_size(stack, rest, n, args.max_wait)
+            print(f"\n-- {n} workers", flush=True)
+            r = one_size(stack, rest, n, max(args.max_wait, args.per_pod_wait * n))
             results.append(r)
             print(f"  gated with Workload: {r['gated']}/{n} after {r['gated_s'] or 0:.1f}s"
                   f"{' (bound reached)' if r.get('gated_timeout') else ''}; Running: "
                   f"{r['running']}/{n} after {r['running_s'] or 0:.1f}s"
                   f"{' (bound reached)' if r.get('running_timeout') else ''}; peak RSS "
-                  f"{r['hwm_mib']:.0f} MiB (at start {r['start_rss_mib']:.0f} MiB)")
+                  f"{r['hwm_mib']:.0f} MiB (at start {r['start_rss_mib']:.0f} MiB, "
+                  f"{mib_per_pod(r):.4f} MiB per pod)", flush=True)
             for what in ("workload_lag", "running_lag"):
                 lags = r[what]
                 if lags:
@@ -214,19 +257,26 @@ def main() -> int:
         if started and not args.keep_stack:
             devstack.down(config)
     print("\n| workers | last pod created (s) | gated + Workload (s) | per 1,000 pods (s) | all Running (s) "
-          "| Workload lag p50/p99 (s) | peak RSS (MiB) | writes per worker |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| Workload lag p50/p99 (s) | RSS at start (MiB) | peak RSS (MiB) | MiB per pod "
+          "| writes per worker |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         n = r["n"]
-        gated = f"{r['gated_s']:.1f}" if r["gated"] >= n else f"{r['gated']}/{n} in {args.max_wait:.0f}"
+        gated = f"{r['gated_s']:.1f}" if r["gated"] >= n else f"{r['gated']}/{n} in {r['bound_s']:.0f}"
         running = (f"{r['running_s']:.1f}" if r["running"] >= n
-                   else f"{r['running']}/{n} in {args.max_wait:.0f}")
+                   else f"{r['running']}/{n} in {r['bound_s']:.0f}")
         rate = f"{r['gated_s'] / n * 1000:.1f}" if r["gated"] >= n else "-"
         lags = r["workload_lag"]
         lag = f"{percentile(lags, 0.5):.2f} / {percentile(lags, 0.99):.2f}" if lags else "-"
         print(f"| {n} | {r['created_s'] or 0:.1f} | {gated} | {rate} | {running} | {lag} | "
-              f"{r['hwm_mib']:.0f} | {sum(r['writes'].values()) / n:.2f} |")
+              f"{r['start_rss_mib']:.0f} | {r['hwm_mib']:.0f} | {mib_per_pod(r):.4f} | "
+              f"{sum(r['writes'].values()) / n:.2f} |")
     return 0
+
+
+def mib_per_pod(r: dict) -> float:
+    """What each worker (its pod and its Workload) adds to the server's peak RSS."""
+    return (r["hwm_mib"] - r["start_rss_mib"]) / r["n"]
 
 
 if __name__ == "__main__":

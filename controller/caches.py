@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
+import orjson
+
+from controller import pods as p
 from controller import workload as w
 from controller.config import ControllerConfig
 from kube import resources as r
 from kube.rest import Rest
 from webhooks import contract as c
+from webhooks.objects import labels
 
 log = logging.getLogger("raykueue.controller")
 
@@ -51,23 +56,127 @@ def discover_version(rest: Rest) -> str | None:
     return None
 
 
+# What the controller's decisions read (`decide`, `gang_decide`, `placement`,
+# `stuck`, the handlers' writes and Events) of each cached kind; the transforms
+# below keep exactly this on arrival. tests/unit/test_controller_trim.py runs
+# the decisions on trimmed and whole objects and expects the same answer.
+META_KEPT: Final = ("name", "namespace", "uid", "resourceVersion", "generation",
+                    "creationTimestamp", "deletionTimestamp", "labels", "annotations",
+                    "ownerReferences")
+# Of a pod's spec: the gate, and the placement a gate lift adds to.
+POD_SPEC_KEPT: Final = ("schedulingGates", "nodeSelector", "tolerations")
+POD_STATUS_KEPT: Final = ("phase", "message")
+POD_CONDITIONS_KEPT: Final = frozenset({"Ready"})
+# Of a Workload's status: Kueue's verdict, its placement and our own entries.
+WORKLOAD_STATUS_KEPT: Final = ("conditions", "admission", "admissionChecks", "reclaimablePods")
+
+
+def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        return {}
+    return {k: _interned(obj[k]) for k in keys if k in obj}
+
+
+def _interned(value: Any) -> Any:
+    """Thousands of objects repeat the same label values, reasons and messages:
+    one copy of each string instead of one per object."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(k): _interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    return value
+
+
+class _Shared:
+    """One copy of each value that many objects repeat: a Ray cluster's workers
+    carry the same labels, owner reference, tolerations and conditions, and
+    their Workloads the same spec and admission. Cached objects are read-only
+    (kube.cache), so sharing a value between them is safe.
+
+    The table holds each distinct value once; should values turn out to be
+    mostly distinct it starts over rather than grow without bound.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._values: dict[bytes, Any] = {}
+        self._lock = threading.Lock()  # one watch thread per cache, two caches
+
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, dict | list) or not value:
+            return value
+        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        with self._lock:
+            found = self._values.get(key)
+            if found is None:
+                if len(self._values) >= self._limit:
+                    self._values.clear()
+                found = self._values[key] = value
+        return found
+
+
+_shared = _Shared()
+# Fields that repeat across a cluster's pods and their Workloads.
+_POD_META_SHARED: Final = ("labels", "annotations", "ownerReferences")
+
+
+def _kind_and_meta(obj: dict[str, Any], shared: tuple[str, ...] = ()) -> dict[str, Any]:
+    # kind and apiVersion: Events about the object reference it by them.
+    out = {k: sys.intern(obj[k]) for k in ("apiVersion", "kind") if isinstance(obj.get(k), str)}
+    meta = _pick(obj.get("metadata"), META_KEPT)
+    for k in shared:
+        if k in meta:
+            meta[k] = _shared(meta[k])
+    out["metadata"] = meta
+    return out
+
+
 def slim_workload(obj: dict[str, Any]) -> w.SlimWorkload:
-    """Cache transform: managedFields and pod templates are most of a Workload's
-    bytes and nothing here reads them; whether they ask for what the pod asks
-    for is all we need of the templates, and the result carries that."""
+    """Cache transform: of a Workload, its metadata, its spec without pod templates
+    (whether they ask for what the pod asks for is all we need of those, and the
+    result carries that), and the status fields above."""
     if isinstance(obj, w.SlimWorkload):
         return obj
-    obj.get("metadata", {}).pop("managedFields", None)
-    pod_sets = w.pod_sets_fingerprint(obj)
-    for pod_set in (obj.get("spec") or {}).get("podSets") or []:
-        if isinstance(pod_set, dict):
-            pod_set.pop("template", None)
-    return w.SlimWorkload(obj, pod_sets)
+    out = _kind_and_meta(obj)
+    wl_spec = obj.get("spec")
+    if isinstance(wl_spec, dict):
+        kept = {k: v for k, v in wl_spec.items() if k != "podSets"}
+        pod_sets = wl_spec.get("podSets")
+        if isinstance(pod_sets, list):
+            kept["podSets"] = [{k: v for k, v in x.items() if k != "template"}
+                               if isinstance(x, dict) else x for x in pod_sets]
+        out["spec"] = _shared(_interned(kept))
+    if "status" in obj:
+        status = _pick(obj.get("status"), WORKLOAD_STATUS_KEPT)
+        if "admission" in status:
+            status["admission"] = _shared(status["admission"])
+        out["status"] = status
+    return w.SlimWorkload(out, w.pod_sets_fingerprint(obj))
 
 
-def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    obj.get("metadata", {}).pop("managedFields", None)
-    return obj
+def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
+    """Cache transform: of a pod, its metadata, gate, placement, phase and
+    readiness; its whole spec only as JSON and only while a Workload may still be
+    built from it (see `p.SlimPod`). Container specs, volumes and container
+    statuses, most of a pod's bytes, are read by nothing here."""
+    if isinstance(obj, p.SlimPod):
+        return obj
+    out = _kind_and_meta(obj, _POD_META_SHARED)
+    full = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    out["spec"] = _shared(_pick(full, POD_SPEC_KEPT))
+    status = obj.get("status")
+    if isinstance(status, dict):
+        kept = _pick(status, POD_STATUS_KEPT)
+        conds = status.get("conditions")
+        if isinstance(conds, list):
+            kept["conditions"] = _shared([
+                _pick(x, ("type", "status")) for x in conds
+                if isinstance(x, dict) and x.get("type") in POD_CONDITIONS_KEPT])
+        out["status"] = kept
+    buildable = p.is_gated(obj) or bool(labels(obj).get(c.GANG_LABEL))
+    return p.SlimPod(out, w.pod_sizing(obj), orjson.dumps(full) if buildable else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, Final
+
+import orjson
 
 from webhooks import contract as c
 
@@ -13,6 +16,33 @@ from webhooks import contract as c
 from webhooks.classify import kueue_claims as kueue_claims
 from webhooks.classify import role_of as role  # noqa: F401 - re-exported as p.role
 from webhooks.objects import Obj, gate_names, labels, metadata, spec
+
+
+class SlimPod(dict[str, Any]):
+    """A pod as the cache keeps it (`controller.caches.slim_pod`): the fields
+    decisions read, plus two things read of the parts it drops.
+
+    `sizing` is the fingerprint of what Kueue charges for the pod, which a
+    Workload's podSets must match. `spec_json` is the whole spec as JSON bytes
+    while a Workload may still be built from it (gated by us, or a gang
+    member), None once that can no longer happen: bytes are several times
+    smaller than the parsed spec. `copy.copy`/`copy.deepcopy` keep both.
+    """
+
+    def __init__(self, obj: Mapping[str, Any], sizing: str, spec_json: bytes | None) -> None:
+        super().__init__(obj)
+        self.sizing = sizing
+        self.spec_json = spec_json
+
+
+def full_spec(pod: Obj) -> dict[str, Any]:
+    """A fresh copy of the pod's whole spec, what a Workload's template is made of."""
+    if isinstance(pod, SlimPod):
+        if pod.spec_json is None:
+            # `slim_pod` keeps it for every pod a Workload can still be built for.
+            raise ValueError(f"pod {name(pod)}: its spec is not kept (not gated, not a gang member)")
+        return orjson.loads(pod.spec_json)
+    return copy.deepcopy(dict(spec(pod)))
 
 
 def key(obj: Obj) -> tuple[str, str]:

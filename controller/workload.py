@@ -8,7 +8,6 @@ on everything we read.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,7 +97,7 @@ def pod_set_template(pod: Obj) -> dict[str, Any]:
     on a gated pod, but it would pin the podSet), and the reserved `pods`
     resource key. Unknown fields are pruned by the CRD's structural schema.
     """
-    template_spec = copy.deepcopy(dict(spec(pod)))
+    template_spec = p.full_spec(pod)
     gates = [g for g in template_spec.get("schedulingGates") or []
              if not (isinstance(g, dict) and g.get("name") == c.GATE)]
     if gates:
@@ -222,6 +221,13 @@ def pod_sets_fingerprint(wl: Obj) -> str:
     return p.sizing_fingerprint(template_spec) if isinstance(template_spec, dict) else ""
 
 
+def pod_sizing(pod: Obj) -> str:
+    """The fingerprint of what the pod's podSet would request; a cached pod carries it."""
+    if isinstance(pod, p.SlimPod):
+        return pod.sizing
+    return p.sizing_fingerprint(pod_set_template(pod)["spec"])
+
+
 def mismatch(wl: Obj, pod: Obj) -> str | None:
     """Why `wl` is not the Workload raykueue would have made for `pod`, or None."""
     meta = metadata(wl)
@@ -239,7 +245,7 @@ def mismatch(wl: Obj, pod: Obj) -> str | None:
     if priority_class_name(wl) != wanted_class:
         return (f"its priority class {priority_class_name(wl)!r} is not the pod's "
                 f"{wanted_class!r}")
-    if pod_sets_fingerprint(wl) != p.sizing_fingerprint(pod_set_template(pod)["spec"]):
+    if pod_sets_fingerprint(wl) != pod_sizing(pod):
         return "its podSets do not request what the pod requests"
     return None
 
