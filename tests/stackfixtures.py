@@ -179,6 +179,18 @@ def k8s(api_stack: devstack.Stack):
 
 # ---- raykueue serve ------------------------------------------------------------------
 
+def metric_total(url: str, ca_file: Path, name: str) -> float:
+    """The sum of every series of counter `name` on the /metrics page at `url` (over TLS)."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with urllib.request.urlopen(url + "/metrics", context=context, timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith((name + "{", name + " ")))
+
+
 def _raykueue_command() -> list[str]:
     script = Path(sys.executable).parent / "raykueue"
     if script.exists():
@@ -316,14 +328,7 @@ class RaykueueServer:
 
     def metric_total(self, name: str) -> float:
         """The sum of every series of counter `name` on this server's /metrics."""
-        import ssl
-        import urllib.request
-
-        context = ssl.create_default_context(cafile=str(self.ca_file))
-        with urllib.request.urlopen(self.url + "/metrics", context=context, timeout=5) as resp:
-            text = resp.read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name + "{"))
+        return metric_total(self.url, self.ca_file, name)
 
     def logs(self, lines: int = 60) -> str:
         return tail(self.log_path, lines)
