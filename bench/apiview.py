@@ -22,7 +22,7 @@ import devstack
 from bench.histograms import REQUEST_DURATION, WEBHOOK_DURATION, Histogram, Labels, histograms, merged
 from devstack.kubeapi import KubeError, object_path
 from kube.rest import Rest
-from tests.stackfixtures import RaykueueServer, metric_total
+from tests.stackfixtures import RaykueueServer, metric_total, metrics_page
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +32,7 @@ CEILING_HOOK = "mutate-pods.ceiling.bench.raykueue.io"
 CEILING_CONFIG = "zz-raykueue-ceiling"
 KUEUE_POD_HOOK = "mpod.kb.io"
 HANDSHAKES = "raykueue_tls_handshakes_total"
+HANDLER_DURATION = "raykueue_admission_duration_seconds"  # raykueue's own, app/metrics.py
 KEEP_ALIVE_ENV = "RAYKUEUE_KEEP_ALIVE_SECONDS"
 
 
@@ -145,6 +146,12 @@ def phase_view(before: Scrape, after: Scrape, hook: str | None) -> View:
     return View(webhook, create)
 
 
+def handler_time(server: RaykueueServer) -> Histogram:
+    """raykueue's own measure of its pod webhook: body read to answer encoded."""
+    series = histograms(metrics_page(server.url, server.ca_file), HANDLER_DURATION)
+    return merged(series, lambda lb: lb.get("webhook") == "mutate")
+
+
 def calls_to(scraped: Scrape, hooks: frozenset[str]) -> float:
     """Every call the API server made to these webhooks (any operation), so far."""
     return merged(scraped.webhooks, lambda lb: lb.get("name") in hooks).count
@@ -199,7 +206,7 @@ def handshakes_per_1000(rest: Rest, targets: dict[str, Target], call: Callable[[
                         rounds: int, calls: int, pause: float,
                         keep_alive: int | None) -> dict[str, tuple[float, float, float]]:
     """Restart every target with `keep_alive` (None: the default), then `rounds` rounds of
-    `calls` dry-run creates per target with `pause` seconds of quiet after each round.
+    `calls` dry-run creates per target, each round after `pause` seconds of quiet.
     Per target: (handshakes, webhook calls, handshakes per 1,000 calls)."""
     for target in targets.values():
         target.restart(keep_alive)
@@ -209,12 +216,12 @@ def handshakes_per_1000(rest: Rest, targets: dict[str, Target], call: Callable[[
     before = {name: (t.handshakes(), calls_to(scrape(rest), t.hooks)) for name, t in targets.items()}
     names = list(targets)
     for r in range(rounds):
+        # The quiet before each burst is what is measured: longer than uvicorn's own
+        # 5 s keep-alive, shorter than the API server's 90 s.
+        time.sleep(pause)
         for name in names[r % len(names):] + names[:r % len(names)]:
             for _ in range(calls):
                 call(targets[name].namespace)
-        # The quiet between bursts is what is measured: longer than uvicorn's own 5 s
-        # keep-alive, shorter than the API server's 90 s.
-        time.sleep(pause)
     result = {}
     for name, t in targets.items():
         shakes = t.handshakes() - before[name][0] - 1  # this read's own handshake

@@ -179,14 +179,19 @@ def k8s(api_stack: devstack.Stack):
 
 # ---- raykueue serve ------------------------------------------------------------------
 
-def metric_total(url: str, ca_file: Path, name: str) -> float:
-    """The sum of every series of counter `name` on the /metrics page at `url` (over TLS)."""
+def metrics_page(url: str, ca_file: Path) -> str:
+    """The /metrics page of the server at `url` (over TLS, trusting `ca_file`)."""
     import ssl
     import urllib.request
 
     context = ssl.create_default_context(cafile=str(ca_file))
     with urllib.request.urlopen(url + "/metrics", context=context, timeout=5) as resp:
-        text = resp.read().decode()
+        return resp.read().decode()
+
+
+def metric_total(url: str, ca_file: Path, name: str) -> float:
+    """The sum of every series of counter `name` on the /metrics page at `url` (over TLS)."""
+    text = metrics_page(url, ca_file)
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith((name + "{", name + " ")))
 
