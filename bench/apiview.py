@@ -22,7 +22,7 @@ import devstack
 from bench.histograms import REQUEST_DURATION, WEBHOOK_DURATION, Histogram, Labels, histograms, merged
 from devstack.kubeapi import KubeError, object_path
 from kube.rest import Rest
-from tests.stackfixtures import RaykueueServer, metric_total, metrics_page
+from tests.stackfixtures import LoopbackTLSServer, RaykueueServer, metric_total, metrics_page
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def ceiling_configuration(url_base: str, ca_pem: bytes, namespace_selector: dict
     raise LookupError(f"{POD_HOOK} is not in manifests/webhooks.yaml")
 
 
-class Ceiling:
+class Ceiling(LoopbackTLSServer):
     """bench/ceiling.py as a process on a free port, registered for some namespaces."""
 
     def __init__(self, stack: devstack.Stack, workdir: Path, namespace_selector: dict) -> None:
@@ -64,14 +64,6 @@ class Ceiling:
         self.log_path = workdir / "ceiling.log"
         self.namespace_selector = namespace_selector
         self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.cert_dir / "ca.crt"
 
     def start(self, keep_alive: int | None = None) -> Ceiling:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

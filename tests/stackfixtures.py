@@ -210,7 +210,22 @@ class ServerExited(AssertionError):
     """raykueue serve exited while we waited for it."""
 
 
-class RaykueueServer:
+class LoopbackTLSServer:
+    """A server of ours on a loopback port, with its CA in `cert_dir`."""
+
+    port: int
+    cert_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.cert_dir / "ca.crt"
+
+
+class RaykueueServer(LoopbackTLSServer):
     """`raykueue serve` as a subprocess. `start()`, `stop()`, `restart()`, `logs()`."""
 
     def __init__(self, stack: devstack.Stack, workdir: Path, *, args: list[str] | None = None,
@@ -226,14 +241,6 @@ class RaykueueServer:
         (self.port,) = devstack.free_ports(1)
         self.proc: subprocess.Popen | None = None
         self.registered = False
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.cert_dir / "ca.crt"
 
     @property
     def ca_pem(self) -> bytes:
