@@ -327,6 +327,10 @@ def main() -> int:
     parser.add_argument("--keep-alive-calls", type=int, default=25)
     parser.add_argument("--pause", type=float, default=7.0,
                         help="seconds of quiet between keep-alive rounds (uvicorn's own keep-alive is 5)")
+    parser.add_argument("--no-controller", action="store_true",
+                        help="raykueue serves its webhooks only (RAYKUEUE_CONTROLLER=false), to "
+                             "split the webhook's latency from the controller's load; latency "
+                             "and keep-alive only")
     parser.add_argument("--lifecycle-pods", type=int, default=50)
     parser.add_argument("--lifecycle-rounds", type=int, default=3,
                         help="0 leaves the writes section out")
@@ -350,6 +354,10 @@ def main() -> int:
     env = {"RAYKUEUE_HEAD_FIRST": "false"}
     if args.no_pods_ready:
         env["RAYKUEUE_PODS_READY"] = "false"
+    if args.no_controller:
+        if args.lifecycle_rounds:
+            parser.error("--no-controller needs --lifecycle-rounds 0 (nothing would admit the pods)")
+        env["RAYKUEUE_CONTROLLER"] = "false"
     workdir = Path(tempfile.mkdtemp(prefix="raykueue-bench-"))
     server = start_raykueue(stack, workdir, ns["raykueue"], env=env)
     ceiling = apiview.Ceiling(stack, workdir, CEILING_NAMESPACES)
