@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from app.metrics import CERT_EXPIRY, CERT_RELOADS
+from app.metrics import CERT_EXPIRY, CERT_RELOADS, TLS_HANDSHAKES
 from app.settings import Settings
 from certs.inject import inject_ca_bundle
 from certs.keeper import SecretCertKeeper, placeholder_pair
@@ -57,13 +57,20 @@ class Certificates:
             self.reloader.stop()
 
 
+def counted(cert_pem: bytes, key_pem: bytes) -> ServingContext:
+    """A serving context whose loads and handshakes show on /metrics."""
+    serving = ServingContext.from_pem(cert_pem, key_pem)
+    serving.on_load(_count_load)
+    serving.on_hello = TLS_HANDSHAKES.inc
+    return serving
+
+
 def from_cert_dir(settings: Settings, rest: Rest | None, stop: threading.Event,
                   threads: list[threading.Thread]) -> Certificates:
     """Serve the files in the cert dir (issued when absent) and follow their changes."""
     paths = ensure_certs(settings.cert_dir, tuple(settings.dns_names),
                          tuple(settings.ip_addresses))
-    serving = ServingContext.from_pem(paths.tls_cert.read_bytes(), paths.tls_key.read_bytes())
-    serving.on_load(_count_load)
+    serving = counted(paths.tls_cert.read_bytes(), paths.tls_key.read_bytes())
     reloader = CertReloader(serving, paths.tls_cert, paths.tls_key)
     if settings.inject_ca_bundle and rest is not None:
         inject = _injector(rest, paths.ca_cert)
@@ -85,9 +92,7 @@ def from_secret(settings: Settings, rest: Rest | None, is_leader: Callable[[], b
         raise RuntimeError(
             f"RAYKUEUE_CERT_SECRET={s.cert_secret} needs a reachable cluster to read the Secret")
     ca_file = Path(s.cert_dir) / CA_CERT
-    serving = ServingContext.from_pem(*placeholder_pair(list(s.dns_names),
-                                                        list(s.ip_addresses)))
-    serving.on_load(_count_load)
+    serving = counted(*placeholder_pair(list(s.dns_names), list(s.ip_addresses)))
     keeper = SecretCertKeeper(
         rest, s.pod_namespace, s.cert_secret, list(s.dns_names), list(s.ip_addresses),
         is_leader=is_leader, mutating_config=c.MUTATING_WEBHOOK_CONFIGS,

@@ -7,9 +7,14 @@ import gc
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    import ssl
+
+    import uvicorn
 
 log = logging.getLogger("raykueue")
 
@@ -72,6 +77,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return explain(args.pod, args.namespace, args.kubeconfig)
 
 
+def uvicorn_config(settings: Settings, app: Any, context: ssl.SSLContext) -> uvicorn.Config:
+    """How raykueue (and bench/ceiling.py, its bare-ASGI ceiling) is served, loaded."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_keep_alive=settings.keep_alive_seconds,
+    )
+    config.load()
+    # TLS is ours, not uvicorn's: the context is fed certificates as bytes
+    # (see certs.serving), which uvicorn's file-path options cannot do.
+    config.ssl = context
+    return config
+
+
 def serve(settings: Settings) -> int:
     import uvicorn
 
@@ -79,19 +105,7 @@ def serve(settings: Settings) -> int:
 
     logs.configure(settings.log_level)
     running = runtime.start(settings)
-    config = uvicorn.Config(
-        running.app,
-        host=settings.host,
-        port=settings.port,
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-        server_header=False,
-    )
-    config.load()
-    # TLS is ours, not uvicorn's: the context is fed certificates as bytes
-    # (see certs.serving), which uvicorn's file-path options cannot do.
-    config.ssl = running.certificates.serving.context
+    config = uvicorn_config(settings, running.app, running.certificates.serving.context)
     # Everything imported and built so far lives as long as the process. Freezing
     # it keeps the cyclic GC from rescanning a few hundred thousand long-lived
     # objects (FastAPI, pydantic, the kubernetes client) while each review

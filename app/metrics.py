@@ -37,3 +37,8 @@ LEADER = Gauge(
     "raykueue_leader",
     "1 while this replica holds the controller Lease (or runs without leader election), else 0.",
 )
+TLS_HANDSHAKES = Counter(
+    "raykueue_tls_handshakes",
+    "TLS handshakes begun (ClientHellos received). The API server reuses an idle "
+    "connection for 90 s; many per thousand reviews mean connections are not kept alive.",
+)

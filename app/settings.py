@@ -49,6 +49,15 @@ class Settings(BaseSettings):
     # changed configuration through a watch, a moment after our read-back).
     ca_trust_settle_seconds: float = 5.0
     log_level: str = "INFO"
+    # Seconds an idle client connection stays open (uvicorn's own default is 5).
+    # The API server keeps its idle webhook connections 90 s: its webhook client
+    # (k8s.io/apiserver v0.36.3 pkg/util/webhook/client.go:138) gets its transport
+    # from client-go (transport/cache.go:147), whose SetTransportDefaults takes
+    # IdleConnTimeout from Go's http.DefaultTransport (k8s.io/apimachinery v0.36.3
+    # pkg/util/net/http.go:123-124), 90 s (Go 1.26 net/http/transport.go:54).
+    # Closing sooner makes the first call after a pause pay a new TLS handshake;
+    # longer means the API server is the one that closes, never us mid-request.
+    keep_alive_seconds: int = Field(default=120, gt=0)
 
     # --- cluster ---------------------------------------------------------------
     kubeconfig: str | None = None

@@ -1,8 +1,17 @@
-"""The ceiling for bench/admission.py: the same decision behind a bare ASGI handler.
+"""The ceiling for raykueue's pod webhook: the same decision behind a bare ASGI handler.
 
-No routing, no metrics, no logging, no limits: parse with orjson, decide,
-encode. Served by the same uvicorn, TLS context and core as the real server,
-so the ratio between the two is what raykueue's own serving code costs.
+No routing, no metrics per review, no logging, no limits: parse with orjson,
+decide, encode. Served the way the real server is (app.cli.uvicorn_config: the
+same uvicorn options and keep-alive, from the same RAYKUEUE_* settings) with the
+same TLS context (app.certificates.counted: the SNI hand-over and the
+raykueue_tls_handshakes counter), so the gap between the two is what raykueue's
+own serving code costs. GET (any path) answers the Prometheus page, for the
+handshake count.
+
+The decision is the real server's mutating one (admit_create with the policy
+from the settings) with the context of a server that has no cluster: the pods
+the benches send (opted in on the pod, queue label set, no owner) get the
+same patch either way, which bench/compare.py checks with a dry-run in both.
 
     python bench/ceiling.py --port 9555 --cert-dir /tmp/certs
 """
@@ -10,30 +19,48 @@ so the ratio between the two is what raykueue's own serving code costs.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from certs.store import ensure_certs, make_server_ssl_context
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.certificates import counted
+from app.cli import uvicorn_config
+from app.runtime import policy_from
+from app.settings import Settings
+from certs.store import ensure_certs
 from webhooks.admit import admit_create
-from webhooks.classify import Context, Policy
+from webhooks.classify import Context
 from webhooks.review import encode, parse
 
 CONTEXT = Context()
-POLICY = Policy()
 HEADERS = [(b"content-type", b"application/json")]
+METRICS_HEADERS = [(b"content-type", CONTENT_TYPE_LATEST.encode())]
 
 
-async def app(scope, receive, send) -> None:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    review = parse(b"".join(chunks))
-    body = encode(review.uid, admit_create(review, CONTEXT, POLICY).verdict)
-    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-    await send({"type": "http.response.body", "body": body})
+def make_app(settings: Settings):  # an ASGI callable
+    policy = policy_from(settings)
+
+    async def app(scope, receive, send) -> None:
+        if scope["method"] == "GET":
+            await send({"type": "http.response.start", "status": 200, "headers": METRICS_HEADERS})
+            await send({"type": "http.response.body", "body": generate_latest()})
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        review = parse(b"".join(chunks))
+        body = encode(review.uid, admit_create(review, CONTEXT, policy).verdict)
+        await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
 
 
 def main() -> None:
@@ -41,13 +68,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert-dir", required=True)
     args = parser.parse_args()
-    paths = ensure_certs(args.cert_dir)
-    config = uvicorn.Config(app, host="127.0.0.1", port=args.port,
-                            ssl_certfile=str(paths.tls_cert), ssl_keyfile=str(paths.tls_key),
-                            lifespan="off", log_config=None, access_log=False)
-    config.load()
-    config.ssl = make_server_ssl_context(paths)  # the real server's TLS settings
-    uvicorn.Server(config).run()
+    settings = Settings(host="127.0.0.1", port=args.port, cert_dir=Path(args.cert_dir),
+                        cluster=False)
+    paths = ensure_certs(settings.cert_dir)
+    serving = counted(paths.tls_cert.read_bytes(), paths.tls_key.read_bytes())
+    uvicorn.Server(uvicorn_config(settings, make_app(settings), serving.context)).run()
 
 
 if __name__ == "__main__":

@@ -201,10 +201,14 @@ def start_raykueue(stack: devstack.Stack, workdir: Path, probe_namespace: str,
     return server
 
 
-def dry_run_gates(stack: devstack.Stack, namespace: str, opt_in: bool) -> list[str]:
+def dry_run_pod(stack: devstack.Stack, namespace: str, opt_in: bool) -> dict[str, Any]:
+    """The bench pod as the API server would store it (every webhook called, nothing kept)."""
     pod = worker_pod(namespace, opt_in)
-    created = stack.api.call("POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod)
-    return gates(created)
+    return stack.api.call("POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod)
+
+
+def dry_run_gates(stack: devstack.Stack, namespace: str, opt_in: bool) -> list[str]:
+    return gates(dry_run_pod(stack, namespace, opt_in))
 
 
 # ---- process memory ------------------------------------------------------------------

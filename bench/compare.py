@@ -3,20 +3,27 @@
 One e2e stack (devstack) with the real Kueue manager as shipped (its webhooks and pod
 integration on in every namespace; with RAYKUEUE_KUEUE=minimal, limited to namespaces
 labelled bench.raykueue.io/system=kueue); raykueue (`raykueue serve`,
-webhooks + controller) serves namespaces labelled ...=raykueue; a third namespace
-has no webhook at all. Every system gets the same pod: the KubeRay worker pod
-recorded in tests/fixtures (no owner reference, requests shrunk to 100m/128Mi,
-queue label `bench`); raykueue's also carries `kueue.x-k8s.io/standalone: "true"`
-and its controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head pod).
+webhooks + controller) serves namespaces labelled ...=raykueue; the ceiling
+webhook (bench/ceiling.py: raykueue's decision, no framework, registered as
+raykueue's pod webhook is) serves ...=ceiling; a fourth namespace has no webhook
+of ours. Every system gets the same pod: the KubeRay worker pod recorded in
+tests/fixtures (no owner reference, requests shrunk to 100m/128Mi, queue label
+`bench`); raykueue's and the ceiling's also carry `kueue.x-k8s.io/standalone: "true"`
+and raykueue's controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head pod).
 
-1. Pod-create latency: rounds of creates, one pod per system in turn (the order
-   rotates each round), timed around the POST; median and p99 per system.
-2. API writes per pod lifecycle (create, admit, run on a kwok node, delete, until
+1. Pod-create latency: rounds in which each system in turn (the order rotates)
+   gets its creates, timed around the POST, and what the API server measured over
+   that turn (bench/apiview.py): its webhook's calls and the whole pod POST.
+2. Keep-alive: TLS handshakes per 1,000 webhook calls for raykueue and the
+   ceiling, with quiet pauses between bursts, under uvicorn's old 5 s keep-alive
+   and under the default (RAYKUEUE_KEEP_ALIVE_SECONDS).
+3. API writes per pod lifecycle (create, admit, run on a kwok node, delete, until
    the Workload is gone), from apiserver_request_total by verb and resource. The
    counters are cluster-wide, so systems take turns, never overlap, rotate order.
 
-    python bench/compare.py [--creates 40] [--rounds 5] [--lifecycle-pods 50] [--lifecycle-rounds 3]
-                            [--no-pods-ready]
+    python bench/compare.py [--creates 40] [--rounds 5] [--keep-alive-rounds 4]
+                            [--keep-alive-calls 25] [--pause 7] [--lifecycle-pods 50]
+                            [--lifecycle-rounds 3] [--no-pods-ready]
 """
 
 from __future__ import annotations
@@ -33,13 +40,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import devstack  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from bench import apiview  # noqa: E402
 from bench.common import (  # noqa: E402
     KUEUE_NAMESPACES,
+    SYSTEM_LABEL,
     WORKLOADS,
     Key,
     add_namespace,
     bench_config,
     dry_run_gates,
+    dry_run_pod,
     events_by_source,
     gates,
     label,
@@ -52,6 +63,7 @@ from bench.common import (  # noqa: E402
     start_raykueue,
     worker_pod,
 )
+from bench.histograms import EMPTY  # noqa: E402
 from bench.kueue_pods import (  # noqa: E402
     register_kueue_pod_webhooks,
     unregister_kueue_pod_webhooks,
@@ -63,13 +75,16 @@ from tests.stackfixtures import RaykueueServer  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
 from webhooks import contract as c  # noqa: E402
 
-SYSTEMS = ("none", "raykueue", "kueue")
-EXPECTED_GATE = {"none": None, "raykueue": c.GATE, "kueue": c.KUEUE_POD_GATE}
+SYSTEMS = ("none", "raykueue", "kueue", "ceiling")
+WRITE_SYSTEMS = ("none", "raykueue", "kueue")  # the ceiling decides, nothing runs its pods
+EXPECTED_GATE = {"none": None, "raykueue": c.GATE, "kueue": c.KUEUE_POD_GATE, "ceiling": c.GATE}
+OPTED_IN = ("raykueue", "ceiling")
+CEILING_NAMESPACES = {"matchLabels": {SYSTEM_LABEL: "ceiling"}}
 
 
 def create(rest: Rest, ns: str, system: str) -> tuple[str, float]:
     """Create one pod; (name, seconds the POST took). Checks the webhook did its part."""
-    pod = worker_pod(ns, opt_in=system == "raykueue")
+    pod = worker_pod(ns, opt_in=system in OPTED_IN)
     if system == "none":
         # The baseline no system takes: Kueue as shipped would take a pod with a queue
         # label in any namespace its webhooks serve (the webhook is still called).
@@ -103,27 +118,37 @@ def delete_all(rest: Rest, ns: str, names: list[str], timeout: float) -> None:
              f"({len(pods_in(rest, ns))} pods, {len(workloads_in(rest, ns))} Workloads left)")
 
 
-def latency(rest: Rest, ns: dict[str, str], creates: int, rounds: int) -> None:
+def latency(rest: Rest, ns: dict[str, str], creates: int, rounds: int, shipped: bool,
+            server: RaykueueServer) -> None:
     print(f"\n## 1. pod-create latency: {creates} creates per system per round, {rounds} rounds, "
-          f"systems interleaved pod by pod")
+          f"each system's creates in one turn (order rotates), the API server's histograms "
+          f"diffed around each turn")
+    hooks = {"none": apiview.KUEUE_POD_HOOK if shipped else None, "raykueue": apiview.POD_HOOK,
+             "kueue": apiview.KUEUE_POD_HOOK, "ceiling": apiview.CEILING_HOOK}
     took: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     medians: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    views: dict[str, list[apiview.View]] = {s: [] for s in SYSTEMS}
+    handler = EMPTY
     for r in range(rounds):
-        order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
-        made: dict[str, list[str]] = {s: [] for s in SYSTEMS}
-        this: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-        for _ in range(creates):
-            for system in order:
+        order = SYSTEMS[r % len(SYSTEMS):] + SYSTEMS[:r % len(SYSTEMS)]
+        for system in order:
+            made, this = [], []
+            before = apiview.scrape(rest)
+            handler_before = apiview.handler_time(server) if system == "raykueue" else None
+            for _ in range(creates):
                 name, seconds = create(rest, ns[system], system)
-                made[system].append(name)
-                this[system].append(seconds * 1e3)
-        for system in SYSTEMS:
-            took[system] += this[system]
-            medians[system].append(statistics.median(this[system]))
+                made.append(name)
+                this.append(seconds * 1e3)
+            views[system].append(apiview.phase_view(before, apiview.scrape(rest), hooks[system]))
+            if handler_before is not None:
+                handler = handler + (apiview.handler_time(server) - handler_before)
+            took[system] += this
+            medians[system].append(statistics.median(this))
+            delete_all(rest, ns[system], made, timeout=120 + creates * 2)
         print(f"  round {r + 1} (order {', '.join(order)}): " + ", ".join(
-            f"{s} p50 {statistics.median(this[s]):.1f} ms" for s in SYSTEMS))
-        for system in SYSTEMS:
-            delete_all(rest, ns[system], made[system], timeout=120 + creates * 2)
+            f"{s} p50 {medians[s][-1]:.1f} ms, webhook p50 "
+            f"{views[s][-1].webhook.quantile(0.5) * 1e3:.1f} ms" for s in SYSTEMS))
+    print("As the bench client timed the POST:")
     print("| system | creates | p50 ms | p99 ms | added over no webhook, p50 | round p50s (spread) |")
     print("|---|---|---|---|---|---|")
     base = statistics.median(took["none"])
@@ -137,6 +162,51 @@ def latency(rest: Rest, ns: dict[str, str], creates: int, rounds: int) -> None:
     if ratios:
         print(f"raykueue's added p50 / Kueue's added p50, per round: "
               f"{', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
+    total = {s: sum(views[s][1:], views[s][0]) for s in SYSTEMS}
+    print("As the API server measured it (apiserver_admission_webhook_admission_duration_seconds "
+          "for the system's webhook, CREATE; apiserver_request_duration_seconds for POST pods; "
+          "quantiles interpolated in buckets as histogram_quantile does):")
+    for row in apiview.view_table(total, hooks):
+        print(row)
+    rk, cl = total["raykueue"], total["ceiling"]
+    for what, a, b in (("webhook", rk.webhook, cl.webhook), ("create", rk.create, cl.create)):
+        print(f"raykueue - ceiling, {what}: p50 {apiview.gap(a.quantile(0.5), b.quantile(0.5))}, "
+              f"p99 {apiview.gap(a.quantile(0.99), b.quantile(0.99))} (goal: within 10%)")
+    print(f"raykueue's own handler time for the same calls ({apiview.HANDLER_DURATION}, "
+          f"{handler.count:.0f} reviews): p50 {handler.quantile(0.5) * 1e3:.2f} ms, "
+          f"p99 {handler.quantile(0.99) * 1e3:.2f} ms; the rest of the API server's figure is "
+          f"connection, TLS, HTTP and the wait for a busy CPU")
+    per_round = [a.webhook.quantile(0.5) / b.webhook.quantile(0.5)
+                 for a, b in zip(views["raykueue"], views["ceiling"], strict=True)]
+    print("raykueue / ceiling webhook p50, per round: " + ", ".join(f"{x:.2f}" for x in per_round))
+
+
+def keep_alive(stack: devstack.Stack, rest: Rest, ns: dict[str, str], server: RaykueueServer,
+               ceiling: apiview.Ceiling, rounds: int, calls: int, pause: float) -> None:
+    default = Settings().keep_alive_seconds
+    print(f"\n## 2. keep-alive: TLS handshakes per 1,000 webhook calls, {rounds} rounds of "
+          f"{calls} dry-run creates per server each after {pause:.0f} s of quiet")
+
+    def call(namespace: str) -> None:
+        got = dry_run_gates(stack, namespace, opt_in=True)
+        if c.GATE not in got:
+            raise RuntimeError(f"dry-run create in {namespace} not gated by the webhook: {got}")
+
+    targets = {
+        "raykueue": apiview.Target(apiview.raykueue_hooks(),
+                                   lambda: server.metric_total(apiview.HANDSHAKES),
+                                   lambda k: apiview.restart_raykueue(server, k), ns["raykueue"]),
+        "ceiling": apiview.Target(frozenset({apiview.CEILING_HOOK}), ceiling.handshakes,
+                                  lambda k: (ceiling.stop(), ceiling.start(k)), ns["ceiling"]),
+    }
+    print("| keep-alive | " + " | ".join(f"{n} handshakes / calls | {n} per 1,000" for n in targets)
+          + " |")
+    print("|---|" + "---|---|" * len(targets))
+    for title, setting in (("5 s (uvicorn's own default, as before)", 5),
+                           (f"{default} s (RAYKUEUE_KEEP_ALIVE_SECONDS default)", None)):
+        got = apiview.handshakes_per_1000(rest, targets, call, rounds, calls, pause, setting)
+        print(f"| {title} | " + " | ".join(f"{h:.0f} / {n:.0f} | {k:.1f}" for h, n, k in got.values())
+              + " |")
 
 
 class Phase:
@@ -193,12 +263,12 @@ def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer,
 
 def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: RaykueueServer,
                  pods_ready: bool = True) -> None:
-    print(f"\n## 2. API writes per pod lifecycle: {n} pods per system per round, {rounds} rounds, "
+    print(f"\n## 3. API writes per pod lifecycle: {n} pods per system per round, {rounds} rounds, "
           f"systems one after another (order rotates)")
-    per_round: dict[str, list[Counter[Key]]] = {s: [] for s in SYSTEMS}
-    phases: dict[str, list[Phase]] = {s: [] for s in SYSTEMS}
+    per_round: dict[str, list[Counter[Key]]] = {s: [] for s in WRITE_SYSTEMS}
+    phases: dict[str, list[Phase]] = {s: [] for s in WRITE_SYSTEMS}
     for r in range(rounds):
-        order = SYSTEMS[r % 3:] + SYSTEMS[:r % 3]
+        order = WRITE_SYSTEMS[r % 3:] + WRITE_SYSTEMS[:r % 3]
         for system in order:
             phase = lifecycle(rest, ns[system], system, n, server, pods_ready)
             per_round[system].append(phase.writes)
@@ -206,18 +276,18 @@ def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: Ra
             print(f"  round {r + 1} {system:8s}: {sum(phase.writes.values()) / n:5.2f} writes/pod, "
                   f"{n} pods Running {phase.to_running:.1f}s after the first create")
     keys = sorted({k for rounds_ in per_round.values() for w in rounds_ for k in w})
-    print("| verb resource | " + " | ".join(SYSTEMS) + " |")
-    print("|---|" + "---|" * len(SYSTEMS))
+    print("| verb resource | " + " | ".join(WRITE_SYSTEMS) + " |")
+    print("|---|" + "---|" * len(WRITE_SYSTEMS))
     for key in keys:
-        cells = [statistics.median(w.get(key, 0) for w in per_round[s]) / n for s in SYSTEMS]
+        cells = [statistics.median(w.get(key, 0) for w in per_round[s]) / n for s in WRITE_SYSTEMS]
         print(f"| {label(key)} | " + " | ".join(f"{x:.2f}" for x in cells) + " |")
-    totals = {s: [sum(w.values()) / n for w in per_round[s]] for s in SYSTEMS}
+    totals = {s: [sum(w.values()) / n for w in per_round[s]] for s in WRITE_SYSTEMS}
     print("| **total per pod** | " + " | ".join(
-        f"**{statistics.median(totals[s]):.2f}**" for s in SYSTEMS) + " |")
+        f"**{statistics.median(totals[s]):.2f}**" for s in WRITE_SYSTEMS) + " |")
     print("(the bench's own create and delete are left out; writes every system shares, such as "
           "the scheduler's binding and kwok's status, are in)")
     print("Events per pod by reporting component and reason (median over rounds):")
-    for system in SYSTEMS:
+    for system in WRITE_SYSTEMS:
         keys_ = sorted({k for p in phases[system] for k in p.events})
         medians = {k: statistics.median(p.events.get(k, 0) for p in phases[system]) / n for k in keys_}
         print(f"  {system}: " + ", ".join(f"{src} {reason} {x:.2f}" for (src, reason), x in medians.items()))
@@ -227,7 +297,7 @@ def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: Ra
     added = {s: [t - b for t, b in zip(totals[s], totals["none"], strict=True)]
              for s in ("raykueue", "kueue")}
     ratios = [rk / kq for rk, kq in zip(added["raykueue"], added["kueue"], strict=True) if kq > 0]
-    for system in SYSTEMS:
+    for system in WRITE_SYSTEMS:
         print(f"{system} total per round: {', '.join(f'{x:.2f}' for x in totals[system])}")
     print(f"writes added over no webhook: raykueue {statistics.median(added['raykueue']):.2f}, "
           f"kueue {statistics.median(added['kueue']):.2f} per pod; raykueue / kueue per round "
@@ -235,12 +305,35 @@ def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: Ra
           f"{statistics.median(ratios) if ratios else float('nan'):.2f} (goal: at most 0.50)")
 
 
+def same_decision(stack: devstack.Stack, ns: dict[str, str]) -> None:
+    """The ceiling must change the bench pod as raykueue does (dry-run in both namespaces)."""
+    def changed(system: str) -> tuple:
+        pod = dry_run_pod(stack, ns[system], opt_in=True)
+        meta = pod["metadata"]
+        return (gates(pod), meta.get("labels"), meta.get("annotations"),
+                pod["spec"].get("priorityClassName"))
+
+    ours, ceiling = changed("raykueue"), changed("ceiling")
+    if ours != ceiling:
+        raise RuntimeError(f"the ceiling decides differently from raykueue:\n{ours}\n{ceiling}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--creates", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--keep-alive-rounds", type=int, default=4,
+                        help="0 leaves the keep-alive section out")
+    parser.add_argument("--keep-alive-calls", type=int, default=25)
+    parser.add_argument("--pause", type=float, default=7.0,
+                        help="seconds of quiet between keep-alive rounds (uvicorn's own keep-alive is 5)")
+    parser.add_argument("--no-controller", action="store_true",
+                        help="raykueue serves its webhooks only (RAYKUEUE_CONTROLLER=false), to "
+                             "split the webhook's latency from the controller's load; latency "
+                             "and keep-alive only")
     parser.add_argument("--lifecycle-pods", type=int, default=50)
-    parser.add_argument("--lifecycle-rounds", type=int, default=3)
+    parser.add_argument("--lifecycle-rounds", type=int, default=3,
+                        help="0 leaves the writes section out")
     parser.add_argument("--keep-stack", action="store_true", help="leave a stack this run started")
     parser.add_argument("--no-pods-ready", action="store_true",
                         help="run raykueue with RAYKUEUE_PODS_READY=false (valid only where "
@@ -261,9 +354,18 @@ def main() -> int:
     env = {"RAYKUEUE_HEAD_FIRST": "false"}
     if args.no_pods_ready:
         env["RAYKUEUE_PODS_READY"] = "false"
-    server = start_raykueue(stack, Path(tempfile.mkdtemp(prefix="raykueue-bench-")), ns["raykueue"],
-                            env=env)
+    if args.no_controller:
+        if args.lifecycle_rounds:
+            parser.error("--no-controller needs --lifecycle-rounds 0 (nothing would admit the pods)")
+        env["RAYKUEUE_CONTROLLER"] = "false"
+    workdir = Path(tempfile.mkdtemp(prefix="raykueue-bench-"))
+    server = start_raykueue(stack, workdir, ns["raykueue"], env=env)
+    ceiling = apiview.Ceiling(stack, workdir, CEILING_NAMESPACES)
     try:
+        ceiling.start()
+        wait_for(lambda: c.GATE in dry_run_gates(stack, ns["ceiling"], opt_in=True), timeout=60,
+                 message=f"the API server to call the ceiling at {ceiling.url}")
+        same_decision(stack, ns)
         wait_for(lambda: c.KUEUE_POD_GATE in dry_run_gates(stack, ns["kueue"], opt_in=False),
                  timeout=60, message="the API server to call Kueue's pod webhook")
         # raykueue serves only its namespace; as shipped Kueue serves every one (its pods
@@ -274,10 +376,17 @@ def main() -> int:
               f"namespaces {ns}; "
               f"raykueue at {server.url}, Kueue's pod webhook on port "
               f"{stack.procs['kueue'].ports['webhook']}")
-        latency(rest, ns, args.creates, args.rounds)
-        writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server,
-                     pods_ready=not args.no_pods_ready)
+        print(f"the ceiling webhook at {ceiling.url} (bench/ceiling.py), registered as "
+              f"{apiview.CEILING_HOOK} for namespace {ns['ceiling']}")
+        latency(rest, ns, args.creates, args.rounds, shipped, server)
+        if args.keep_alive_rounds:
+            keep_alive(stack, rest, ns, server, ceiling, args.keep_alive_rounds,
+                       args.keep_alive_calls, args.pause)
+        if args.lifecycle_rounds:
+            writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server,
+                         pods_ready=not args.no_pods_ready)
     finally:
+        ceiling.close()
         server.close()
         if not shipped:
             unregister_kueue_pod_webhooks(stack)

@@ -13,6 +13,9 @@ never reloaded: `load_cert_chain` sets certificate and key in two steps with
 the GIL released, and a handshake starting in between (on the event loop,
 while a load runs in a thread) would get a certificate without its key and
 be cut off. Open connections keep the certificate they started with.
+
+The same callback counts handshakes (`on_hello`): each one is a ClientHello,
+so a client that keeps its connections alive shows few per thousand requests.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from certs.issue import cert_from_pem
 log = logging.getLogger(__name__)
 
 LoadHook = Callable[[datetime], None]
+
+
+def _nothing() -> None:
+    pass
 
 
 def new_server_context() -> ssl.SSLContext:
@@ -92,6 +99,8 @@ class ServingContext:
         self.loaded = False
         self.not_after: datetime | None = None
         self.last_error: str | None = None
+        # Called on every ClientHello, on the event loop: keep it to a counter's inc().
+        self.on_hello: Callable[[], None] = _nothing
 
     @classmethod
     def from_pem(cls, cert_pem: bytes, key_pem: bytes) -> ServingContext:
@@ -133,6 +142,7 @@ class ServingContext:
 
     def _hand_over(self, conn: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None,
                    listening: ssl.SSLContext) -> None:
+        self.on_hello()
         current = self._current
         if current is not listening:
             conn.context = current

@@ -179,6 +179,23 @@ def k8s(api_stack: devstack.Stack):
 
 # ---- raykueue serve ------------------------------------------------------------------
 
+def metrics_page(url: str, ca_file: Path) -> str:
+    """The /metrics page of the server at `url` (over TLS, trusting `ca_file`)."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with urllib.request.urlopen(url + "/metrics", context=context, timeout=5) as resp:
+        return resp.read().decode()
+
+
+def metric_total(url: str, ca_file: Path, name: str) -> float:
+    """The sum of every series of counter `name` on the /metrics page at `url` (over TLS)."""
+    text = metrics_page(url, ca_file)
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith((name + "{", name + " ")))
+
+
 def _raykueue_command() -> list[str]:
     script = Path(sys.executable).parent / "raykueue"
     if script.exists():
@@ -193,7 +210,22 @@ class ServerExited(AssertionError):
     """raykueue serve exited while we waited for it."""
 
 
-class RaykueueServer:
+class LoopbackTLSServer:
+    """A server of ours on a loopback port, with its CA in `cert_dir`."""
+
+    port: int
+    cert_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.cert_dir / "ca.crt"
+
+
+class RaykueueServer(LoopbackTLSServer):
     """`raykueue serve` as a subprocess. `start()`, `stop()`, `restart()`, `logs()`."""
 
     def __init__(self, stack: devstack.Stack, workdir: Path, *, args: list[str] | None = None,
@@ -209,14 +241,6 @@ class RaykueueServer:
         (self.port,) = devstack.free_ports(1)
         self.proc: subprocess.Popen | None = None
         self.registered = False
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.cert_dir / "ca.crt"
 
     @property
     def ca_pem(self) -> bytes:
@@ -316,14 +340,7 @@ class RaykueueServer:
 
     def metric_total(self, name: str) -> float:
         """The sum of every series of counter `name` on this server's /metrics."""
-        import ssl
-        import urllib.request
-
-        context = ssl.create_default_context(cafile=str(self.ca_file))
-        with urllib.request.urlopen(self.url + "/metrics", context=context, timeout=5) as resp:
-            text = resp.read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name + "{"))
+        return metric_total(self.url, self.ca_file, name)
 
     def logs(self, lines: int = 60) -> str:
         return tail(self.log_path, lines)

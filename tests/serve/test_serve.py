@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import socket
 import ssl
@@ -13,15 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
 from certs.store import write_atomic
 from tests import reviews as rv
-from tests.waiting import wait_for
+from tests.waiting import holds_for, wait_for
 from webhooks import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]
+UVICORN_DEFAULT_KEEP_ALIVE = 5  # seconds, uvicorn.Config(timeout_keep_alive=5)
 
 
 def free_port() -> int:
@@ -128,3 +131,51 @@ def test_certificate_reload_without_dropping_requests(server, tmp_path: Path) ->
     ).hexdigest()
     assert _peer_fingerprint(port, _ctx(new_ca_file)) == new_fingerprint
     assert failures == []
+
+
+def _handshakes(port: int, ca: Path) -> float:
+    """raykueue_tls_handshakes_total, read over a new connection (which it counts)."""
+    text = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=_ctx(ca), timeout=5).text
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("raykueue_tls_handshakes_total"))
+
+
+def _still_open(tls: ssl.SSLSocket) -> bool:
+    """The server has not closed this idle connection (nothing to read, no EOF)."""
+    tls.settimeout(0)
+    try:
+        return tls.recv(1) != b""
+    except ssl.SSLWantReadError:
+        return True
+    except OSError:  # ssl.SSLError included: an abrupt close
+        return False
+    finally:
+        tls.settimeout(5)
+
+
+def _review(conn: http.client.HTTPSConnection, body: dict) -> None:
+    conn.request("POST", c.MUTATE_PATH, orjson.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200 and orjson.loads(response.read())["response"]["allowed"]
+
+
+def test_an_idle_connection_is_kept_past_uvicorns_old_default_and_reused(server) -> None:
+    # The API server reuses an idle webhook connection for 90 s; uvicorn on its own
+    # closes one after 5 s, so the first review after a pause paid a new handshake.
+    port, cert_dir, _ = server
+    ca = cert_dir / "ca.crt"
+    body = rv.set_label(rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, "true"),
+                        c.QUEUE_LABEL, "team-a")
+    before = _handshakes(port, ca)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=_ctx(ca), timeout=5)
+    try:
+        _review(conn, body)
+        tls = conn.sock
+        assert holds_for(lambda: _still_open(tls), seconds=UVICORN_DEFAULT_KEEP_ALIVE + 1), \
+            "the server closed an idle connection the API server would still reuse"
+        _review(conn, body)
+        assert conn.sock is tls  # not silently reconnected
+    finally:
+        conn.close()
+    # One handshake for both reviews; the other is the second /metrics read.
+    assert _handshakes(port, ca) - before == 2

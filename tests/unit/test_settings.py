@@ -21,3 +21,22 @@ def test_lease_timing_that_could_overlap_two_leaders_is_refused(lease: int, rene
                                                                  retry: float) -> None:
     with pytest.raises(ValidationError, match="RAYKUEUE_RENEW_SECONDS"):
         Settings(lease_seconds=lease, renew_seconds=renew, retry_seconds=retry)
+
+
+def test_idle_connections_outlive_the_api_servers_and_reach_uvicorn(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import ssl
+
+    from app.cli import uvicorn_config
+
+    api_server_idle_seconds = 90  # Go's http.DefaultTransport, see Settings.keep_alive_seconds
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    default = uvicorn_config(Settings(port=0), _app, context)
+    assert default.timeout_keep_alive > api_server_idle_seconds
+    assert default.ssl is context
+    monkeypatch.setenv("RAYKUEUE_KEEP_ALIVE_SECONDS", "7")
+    assert uvicorn_config(Settings(port=0), _app, context).timeout_keep_alive == 7
+
+
+async def _app(scope: object, receive: object, send: object) -> None:
+    pass
