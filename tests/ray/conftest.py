@@ -2,8 +2,9 @@
 
 The e2e fixtures (admin client, raykueue's webhooks and controller, a fresh
 queue per test) come from tests/e2e; this adds `ray_tier` (every Ray process of
-a test, stopped and checked for leftovers after it) and `ray_cluster` (an
-opted-in, autoscaled RayCluster with Ray running for its pods).
+a test, stopped and checked for leftovers after it), `ray_runner` (Ray for
+the pods of a RayCluster, by name) and `ray_cluster` (an opted-in, autoscaled
+RayCluster with Ray running for its pods).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 import devstack
-from devstack import pki, ray_driver
+from devstack import dashboard_proxy, pki, ray_driver
 from devstack.ray_procs import RayProcess, RayProcessError
 from devstack.ray_runner import RayClusterRunner, RayTier
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
@@ -44,6 +45,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture
 def ray_tier(request: pytest.FixtureRequest, e2e_stack: devstack.Stack) -> Iterator[RayTier]:
     tier = RayTier(e2e_stack.log_dir / "ray" / request.node.name)
+    # The operator calls the heads' dashboards through the proxy: both must stay on loopback too.
+    tier.watch_sessions([e2e_stack.procs[name].pid for name in ("dashboard-proxy", "ray-operator")])
     yield tier
     report = getattr(request.node, "rep_call", None)
     failed = report is None or report.failed
@@ -111,17 +114,32 @@ class RayCluster:
 
 
 @pytest.fixture
-def ray_cluster(e2e_stack: devstack.Stack, admin,  # noqa: F811 - the fixture
-                ray_tier: RayTier) -> Iterator[Callable[..., RayCluster]]:
-    """ray_cluster(namespace, body) -> RayCluster: created, its head up in Ray, a driver connected."""
+def ray_runner(e2e_stack: devstack.Stack,
+               ray_tier: RayTier) -> Iterator[Callable[[str, str], RayClusterRunner]]:
+    """ray_runner(namespace, cluster) -> a started RayClusterRunner for that RayCluster's pods
+    (its head reachable through the stack's dashboard proxy); closed after the test."""
     runners: list[RayClusterRunner] = []
     ca = pki.ensure_ca(e2e_stack.pki_dir)  # the stack's CA signs the autoscaler's client certificate
+    routes = dashboard_proxy.Routes(dashboard_proxy.routes_dir(e2e_stack.dir))
 
+    def run(namespace: str, cluster: str) -> RayClusterRunner:
+        runner = RayClusterRunner(ray_tier, e2e_stack.api, ca, namespace, cluster, routes).start()
+        runners.append(runner)
+        return runner
+
+    yield run
+    for runner in runners:
+        runner.close()
+
+
+@pytest.fixture
+def ray_cluster(admin, ray_tier: RayTier,  # noqa: F811 - the fixture
+                ray_runner: Callable[[str, str], RayClusterRunner]) -> Callable[..., RayCluster]:
+    """ray_cluster(namespace, body) -> RayCluster: created, its head up in Ray, a driver connected."""
     def make(namespace: str, body: dict[str, Any]) -> RayCluster:
         name = body["metadata"]["name"]
         admin.create(RAYCLUSTERS.path(namespace), body)
-        runner = RayClusterRunner(ray_tier, e2e_stack.api, ca, namespace, name).start()
-        runners.append(runner)
+        runner = ray_runner(namespace, name)
         wait_for(lambda: ray_tier.check() or runner.head_ready(), timeout=HEAD_TIMEOUT, interval=0.5,
                  message=lambda: f"the Ray head of {namespace}/{name} (API: {runner.last_api_error})",
                  fatal=(RayProcessError,))
@@ -131,6 +149,4 @@ def ray_cluster(e2e_stack: devstack.Stack, admin,  # noqa: F811 - the fixture
         cluster.ask({"op": "nodes"})  # connected
         return cluster
 
-    yield make
-    for runner in runners:
-        runner.close()
+    return make
