@@ -60,8 +60,8 @@ def ray_tier(request: pytest.FixtureRequest, e2e_stack: devstack.Stack) -> Itera
 
 
 def raycluster(name: str, *, idle_seconds: int = 60, autoscaler_env: dict[str, str] | None = None,
-               max_workers: int = 10) -> dict[str, Any]:
-    """An opted-in RayCluster, autoscaler v2 on, no workers until Ray asks.
+               max_workers: int = 10, min_workers: int = 0) -> dict[str, Any]:
+    """An opted-in RayCluster, autoscaler v2 on, `min_workers` workers until Ray asks for more.
 
     Quota per pod: the head 1 CPU (its container 750m and the autoscaler
     sidecar's 250m, which KubeRay adds to the head pod), a worker 1 CPU.
@@ -88,7 +88,8 @@ def raycluster(name: str, *, idle_seconds: int = 60, autoscaler_env: dict[str, s
             "headGroupSpec": {"rayStartParams": {"num-cpus": "0"},
                               "template": {"spec": {"containers": [container("head", "750m")]}}},
             "workerGroupSpecs": [{
-                "groupName": "cpu", "replicas": 0, "minReplicas": 0, "maxReplicas": max_workers,
+                "groupName": "cpu", "replicas": min_workers, "minReplicas": min_workers,
+                "maxReplicas": max_workers,
                 "rayStartParams": {},
                 "template": {"spec": {"containers": [container("worker", "1")]}},
             }],
