@@ -59,6 +59,14 @@ def ray_tier(request: pytest.FixtureRequest, e2e_stack: devstack.Stack) -> Itera
         pytest.fail("Ray processes outlived the test:\n" + "\n".join(left), pytrace=False)
 
 
+def opted_in(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A Ray object opted in to raykueue as the README says, on the test queue's LocalQueue."""
+    return {"apiVersion": "ray.io/v1", "kind": kind,
+            "metadata": {"name": name, "labels": {c.QUEUE_LABEL: "team-a"},
+                         "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+            "spec": spec}
+
+
 def raycluster(name: str, *, idle_seconds: int = 60, autoscaler_env: dict[str, str] | None = None,
                max_workers: int = 10, min_workers: int = 0) -> dict[str, Any]:
     """An opted-in RayCluster, autoscaler v2 on, `min_workers` workers until Ray asks for more.
@@ -77,24 +85,19 @@ def raycluster(name: str, *, idle_seconds: int = 60, autoscaler_env: dict[str, s
                       "limits": {"cpu": "250m", "memory": "512Mi"}}}
     if autoscaler_env:
         options["env"] = [{"name": k, "value": v} for k, v in autoscaler_env.items()]
-    return {
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {c.QUEUE_LABEL: "team-a"},
-                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
-        "spec": {
-            "enableInTreeAutoscaling": True,
-            "autoscalerOptions": options,
-            # no tasks on the head, as in KubeRay's autoscaling examples
-            "headGroupSpec": {"rayStartParams": {"num-cpus": "0"},
-                              "template": {"spec": {"containers": [container("head", "750m")]}}},
-            "workerGroupSpecs": [{
-                "groupName": "cpu", "replicas": min_workers, "minReplicas": min_workers,
-                "maxReplicas": max_workers,
-                "rayStartParams": {},
-                "template": {"spec": {"containers": [container("worker", "1")]}},
-            }],
-        },
-    }
+    return opted_in("RayCluster", name, {
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": options,
+        # no tasks on the head, as in KubeRay's autoscaling examples
+        "headGroupSpec": {"rayStartParams": {"num-cpus": "0"},
+                          "template": {"spec": {"containers": [container("head", "750m")]}}},
+        "workerGroupSpecs": [{
+            "groupName": "cpu", "replicas": min_workers, "minReplicas": min_workers,
+            "maxReplicas": max_workers,
+            "rayStartParams": {},
+            "template": {"spec": {"containers": [container("worker", "1")]}},
+        }],
+    })
 
 
 @dataclass

@@ -24,9 +24,8 @@ from kube.resources import PODS
 from tests.e2e.test_controller_e2e import RAYCLUSTERS, WORKLOADS
 from tests.e2e.test_kueue_shipped import RAYJOBS, watched
 from tests.waiting import wait_for
-from webhooks import contract as c
 
-from .conftest import FIGURES, raycluster
+from .conftest import FIGURES, opted_in, raycluster
 from .observe import observed
 
 ENTRYPOINT = Path(__file__).with_name("rayjob_entrypoint.py")
@@ -38,22 +37,17 @@ TEARDOWN_TIMEOUT = 120
 
 
 def rayjob(name: str, entrypoint: str) -> dict[str, Any]:
-    """Opted in as the README says, on raycluster()'s autoscaled cluster."""
-    return {
-        "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": {"name": name, "labels": {c.QUEUE_LABEL: "team-a"},
-                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
-        "spec": {
-            "entrypoint": entrypoint,
-            # HTTPMode: the operator itself posts the entrypoint to the head's dashboard
-            # (here through devstack's dashboard proxy). The default, K8sJobMode, runs
-            # `ray job submit` in a submitter Job's pod, and kwok only pretends to run pods.
-            "submissionMode": "HTTPMode",
-            "shutdownAfterJobFinishes": True,
-            "ttlSecondsAfterFinished": 0,
-            "rayClusterSpec": raycluster("unused")["spec"],
-        },
-    }
+    """Opted in, on raycluster()'s autoscaled cluster."""
+    return opted_in("RayJob", name, {
+        "entrypoint": entrypoint,
+        # HTTPMode: the operator itself posts the entrypoint to the head's dashboard
+        # (here through devstack's dashboard proxy). The default, K8sJobMode, runs
+        # `ray job submit` in a submitter Job's pod, and kwok only pretends to run pods.
+        "submissionMode": "HTTPMode",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": 0,
+        "rayClusterSpec": raycluster("unused")["spec"],
+    })
 
 
 def test_a_rayjob_runs_on_autoscaled_workers_and_leaves_nothing(admin, controller, queue, ray_tier,
