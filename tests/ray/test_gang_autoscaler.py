@@ -25,8 +25,8 @@ from .conftest import FIGURES, RayCluster, raycluster
 from .observe import observed
 from .test_autoscaler import JOIN_TIMEOUT, replicas
 
-BASE_WORKERS = 2
-WORKERS = 4  # what the tasks need: the base's and two extras
+BASE_WORKERS = 1
+WORKERS = 2  # what the tasks need: the base's worker and an extra
 
 
 def gang_joined(admin, cluster: RayCluster, workers: int, extras: int) -> dict[str, Any] | None:
