@@ -9,6 +9,7 @@ these declarations and state.json alone.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from . import kueue_shipped, pki
+from . import dashboard_proxy, kueue_shipped, pki
 from .config import StackConfig
 from .objects import KUEUE_NAMESPACE, KWOK_NODE_ANNOTATION, apply_objects, node_objects
 from .probes import condition, http_ok, secure_healthz, tls_port_open
@@ -34,6 +35,7 @@ KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 class Component:
     name: str
     tier: str
+    # A name in the bin dir, or an absolute path (devstack's own Python processes).
     binary: str
     # Named ports, each a free loopback port at start; the first is the one
     # `Stack.ports` reports (etcd's client port, the API server's secure port, ...).
@@ -47,6 +49,8 @@ class Component:
     after_start: Callable[[Stack], None] | None = None
     # Also pass KUBECONFIG: controller-runtime managers read it besides --kubeconfig.
     kubeconfig_env: bool = False
+    # More of the process's environment, read at every start.
+    env: Callable[[Stack], dict[str, str]] | None = None
     # Nothing works without it: `up` stops at its failure instead of collecting it.
     fatal: bool = False
     # `restart_component` waits for `ready` again (components whose probe needs
@@ -254,6 +258,19 @@ def _kueue_ready(stack: Stack) -> tuple[bool, str]:
 
 # ---- KubeRay ---------------------------------------------------------------------------
 
+def _dashboard_proxy_args(stack: Stack, ports: Ports) -> list[str]:
+    return ["-m", "devstack.dashboard_proxy", f"--port={ports['http']}",
+            f"--routes={dashboard_proxy.routes_dir(stack.dir)}"]
+
+
+def _ray_operator_env(stack: Stack) -> dict[str, str]:
+    """RayJobs and RayServices make the operator call a head's dashboard by its Service's
+    cluster DNS name: plain HTTP, so through this proxy (devstack/dashboard_proxy.py)."""
+    proxy = f"http://127.0.0.1:{stack.ports['dashboard-proxy']}"
+    return {"HTTP_PROXY": proxy, "http_proxy": proxy,
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+
 def _ray_operator_args(stack: Stack, ports: Ports) -> list[str]:
     return [
         "--enable-leader-election=false",
@@ -290,6 +307,10 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
     Component("kueue", "e2e", "kueue", ("health", "webhook", "visibility"), _kueue_args,
               _kueue_ready, needs=("objects",), prepare=_kueue_files, after_start=_kueue_registered,
               kubeconfig_env=True),
+    Component("dashboard-proxy", "e2e", sys.executable, ("http",), _dashboard_proxy_args,
+              lambda s: http_ok(f"http://127.0.0.1:{s.ports['dashboard-proxy']}/healthz"),
+              wait_after_restart=True),
     Component("ray-operator", "e2e", "ray-operator", ("probe", "metrics"), _ray_operator_args,
-              _ray_operator_ready, needs=("objects",), kubeconfig_env=True),
+              _ray_operator_ready, needs=("objects", "dashboard-proxy"), kubeconfig_env=True,
+              env=_ray_operator_env),
 )}

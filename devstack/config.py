@@ -94,4 +94,4 @@ class StackConfig:
         return self.share_dir / "kwok-stages"
 
     def binary(self, name: str) -> Path:
-        return self.bin_dir / name
+        return self.bin_dir / name  # an absolute `name` stays itself (pathlib)

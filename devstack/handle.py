@@ -202,7 +202,11 @@ class Stack:
         return proc
 
     def _env(self, name: str) -> dict[str, str] | None:
-        return {"KUBECONFIG": str(self.kubeconfig)} if COMPONENTS[name].kubeconfig_env else None
+        comp = COMPONENTS[name]
+        env = {"KUBECONFIG": str(self.kubeconfig)} if comp.kubeconfig_env else {}
+        if comp.env is not None:
+            env.update(comp.env(self))
+        return env or None
 
     def ensure_started(self, name: str, log: Log) -> bool:
         """Start `name` unless it runs; True when it was started (and is to be waited for)."""

@@ -6,7 +6,10 @@ sockets off 127.0.0.1, processes that died on their own. `RayClusterRunner`
 follows one RayCluster's pods through the API server: once the head pod is
 Running it starts a Ray head standing in for it, then the autoscaler; for
 each worker pod kwok reports Running, a Ray worker; when that pod goes (or
-stops running), SIGTERM to that worker's own pid.
+stops running), SIGTERM to that worker's own pid; when the head pod goes, the
+same for all of them. Given the stack's dashboard routes, the head also stands
+in for the head pod's Services (devstack/dashboard_proxy.py), so that the
+KubeRay operator reaches its dashboard (RayJobs).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import pki, ray_autoscaler, ray_node
+from .dashboard_proxy import DASHBOARD_PORT_NAME, Routes, service_host
 from .kubeapi import KubeApi, KubeError
 from .ray_procs import (
     RayProcess,
@@ -32,6 +36,7 @@ from .ray_procs import (
 from .stack import free_ports, tail
 
 POLL_SECONDS = 0.3
+ROUTE_SECONDS = 1.0  # how often a running head's Services are looked up
 SAMPLE_SECONDS = 1.0
 HEAD_START_TIMEOUT = 90.0
 # A starting raylet gives its node's dashboard agent 15 s to write its listen
@@ -65,6 +70,8 @@ class RayTier:
         self.root = Path(tempfile.mkdtemp(prefix="rk-", dir="/tmp"))
         self.procs: list[RayProcess] = []
         self.nodes: list[RayProcess] = []  # heads and workers
+        # Sessions not the tier's own (stack processes it relies on) checked for loopback too.
+        self.also_watched: list[int] = []
         self.watched = Watched()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -108,11 +115,18 @@ class RayTier:
         if self.watched.errors:
             raise RayProcessError(self.watched.errors[0])
 
+    def watch_sessions(self, pids: list[int]) -> None:
+        """Check these sessions' sockets too (not their memory, not as leftovers)."""
+        with self._lock:
+            self.also_watched += pids
+
     def sample(self) -> None:
         sessions = self.sessions()
         members = session_members(sessions)
         pss = pss_bytes(members)
-        bad = off_loopback(sessions)
+        with self._lock:
+            others = list(self.also_watched)
+        bad = off_loopback(sessions + others)
         with self._lock:
             self.watched.peak_pss = max(self.watched.peak_pss, pss)
             self.watched.peak_processes = max(self.watched.peak_processes, len(members))
@@ -164,8 +178,9 @@ def _generated_cmd(pod: dict) -> str:
 class RayClusterRunner:
     """Ray processes for one RayCluster's pods; `start()`, `close()`."""
 
-    def __init__(self, tier: RayTier, api: KubeApi, ca: pki.Pair, namespace: str, cluster: str):
-        self.tier, self.api, self.ca = tier, api, ca
+    def __init__(self, tier: RayTier, api: KubeApi, ca: pki.Pair, namespace: str, cluster: str,
+                 routes: Routes | None = None):
+        self.tier, self.api, self.ca, self.routes = tier, api, ca, routes
         self.namespace, self.cluster = namespace, cluster
         self.head: RayProcess | None = None
         self.head_pod: str | None = None
@@ -176,6 +191,9 @@ class RayClusterRunner:
         self.workers: dict[str, RayProcess] = {}  # pod name -> its Ray worker
         self.stopping: list[RayProcess] = []
         self.attempts: dict[str, int] = {}  # pod name -> starts of its Ray worker
+        self.routed: set[tuple[str, int]] = set()  # (Service host, port) to the head's dashboard
+        self.heads_stopped = 0  # heads stopped because their pod went
+        self._routed_at = 0.0
         self.last_api_error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"ray-runner-{cluster}", daemon=True)
@@ -191,6 +209,7 @@ class RayClusterRunner:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+        self._unroute()
         for proc in [*self.workers.values(), *self.stopping, self.autoscaler, self.head]:
             if proc is not None:
                 proc.stop()
@@ -210,15 +229,21 @@ class RayClusterRunner:
                 self.last_api_error = f"{type(e).__name__}: {e}"
 
     def _step(self) -> None:
+        self.stopping = [p for p in self.stopping if not p.reap(WORKER_STOP_GRACE)]
         pods = self.api.get(f"/api/v1/namespaces/{self.namespace}/pods",
                             query={"labelSelector": f"ray.io/cluster={self.cluster}"})["items"]
         running = {p["metadata"]["name"]: p for p in pods if _running(p)}
         heads = [p for p in running.values() if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+        if self.head is not None and started(self.head) and not any(
+                p["metadata"]["name"] == self.head_pod for p in heads):
+            self._head_pod_gone()
         if self.head is None and heads and self.tier.may_start_node():
             self._start_head(heads[0])
         if self.head is not None and self._retry(self.head_pod or "", self.head):
             self.head = None  # started again on a later tick
         if self.head is not None:
+            if started(self.head):
+                self._route()
             if self.autoscaler is None:
                 self._maybe_start_autoscaler(heads)
             else:
@@ -236,11 +261,52 @@ class RayClusterRunner:
         for name, proc in list(self.workers.items()):
             if self._retry(name, proc):
                 del self.workers[name]
-        self.stopping = [p for p in self.stopping if not p.reap(WORKER_STOP_GRACE)]
 
     def _watch(self, proc: RayProcess) -> None:
-        if proc.exited() is not None and proc.stopping is None:
+        # The autoscaler may see its RayCluster deleted before this loop sees the head pod go.
+        if proc.exited() is not None and proc.stopping is None and not self._cluster_gone():
             raise proc.failure(f"exited with code {proc.exited()}")
+
+    def _cluster_gone(self) -> bool:
+        path = f"/apis/ray.io/v1/namespaces/{self.namespace}/rayclusters/{self.cluster}"
+        return self.api.get_or_none(path) is None
+
+    def _head_pod_gone(self) -> None:
+        """Stop every Ray process of the cluster: the head stood in for a pod that is no more."""
+        self._unroute()
+        for proc in [*self.workers.values(), self.autoscaler, self.head]:
+            if proc is not None:
+                proc.terminate()
+                self.stopping.append(proc)
+        self.workers.clear()
+        self.head = self.autoscaler = None
+        self.head_pod = None
+        self.heads_stopped += 1
+
+    def _route(self) -> None:
+        """Every Service selecting the head pod, at its dashboard port: to the local dashboard."""
+        if self.routes is None or time.monotonic() - self._routed_at < ROUTE_SECONDS:
+            return
+        self._routed_at = time.monotonic()
+        pod = self.api.get_or_none(f"/api/v1/namespaces/{self.namespace}/pods/{self.head_pod}")
+        if pod is None:
+            return
+        labels = pod["metadata"].get("labels") or {}
+        for svc in self.api.get(f"/api/v1/namespaces/{self.namespace}/services")["items"]:
+            selector = svc["spec"].get("selector") or {}
+            if not selector or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            for port in svc["spec"].get("ports") or []:
+                key = (service_host(svc["metadata"]["name"], self.namespace), port["port"])
+                if port.get("name") == DASHBOARD_PORT_NAME and key not in self.routed:
+                    self.routes.add(*key, self.dashboard_port)
+                    self.routed.add(key)
+
+    def _unroute(self) -> None:
+        if self.routes is not None:
+            for key in self.routed:
+                self.routes.remove(*key)
+        self.routed.clear()
 
     def _retry(self, pod: str, proc: RayProcess) -> bool:
         """True when the node for `pod` failed to start and may be started again;

@@ -2,7 +2,8 @@
 
 Churn is what happens between two looks, so it is counted from watch events,
 never from a final listing: every pod and Workload created and deleted, and
-every worker pod that ever ran.
+every worker pod that ever ran. The same events say how each Ray pod went:
+created gated, its Workload admitted, running.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller import workload as w
 from kube.resources import PODS
 from kube.rest import ApiError, Rest
-from tests.e2e.test_controller_e2e import WORKLOADS, role, running
+from tests.e2e.test_controller_e2e import WORKLOADS, gated, role, running
 from webhooks import contract as c
 
 
@@ -26,6 +28,13 @@ class Seen:
     ran: set[str] = field(default_factory=set)  # worker pods (uid) seen Running
     max_workers_running: int = 0
     errors: list[str] = field(default_factory=list)
+    # Every Ray pod (head or worker), by uid: its name, whether the first look at it
+    # (its creation, for a pod made while watched) had the gate, whether it ran, and
+    # whether a Workload of its own was seen admitted.
+    pod_names: dict[str, str] = field(default_factory=dict)
+    created_gated: set[str] = field(default_factory=set)
+    pods_ran: set[str] = field(default_factory=set)
+    admitted_pods: set[str] = field(default_factory=set)
 
     def churn(self) -> dict[str, Any]:
         admitted = len(self.ran)
@@ -54,6 +63,14 @@ class Observer:
 
     def _record(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         uid = obj["metadata"]["uid"]
+        if kind == "worker" and role(obj) in c.MANAGED_ROLES:
+            if uid not in self.seen.pod_names and gated(obj):
+                self.seen.created_gated.add(uid)
+            self.seen.pod_names[uid] = obj["metadata"]["name"]
+            if running(obj):
+                self.seen.pods_ran.add(uid)
+        if kind == "Workload" and w.is_admitted(obj) and w.pod_uid_of(obj):
+            self.seen.admitted_pods.add(str(w.pod_uid_of(obj)))
         if kind == "worker":
             if role(obj) != c.ROLE_WORKER:
                 return

@@ -168,12 +168,13 @@ def test_plan_starts_what_is_needed_first_and_stops_in_reverse() -> None:
                 assert set(needs) <= seen, (name, needs)
             seen.update(wave)
     assert waves("api") == [["etcd"], ["kube-apiserver"], ["kube-controller-manager", "objects"]]
+    assert waves("e2e")[0] == ["etcd", "dashboard-proxy"]
     assert waves("e2e")[-1] == ["kube-scheduler", "kwok", "kueue", "ray-operator"]
     assert start_order("api") == components_for("api")
     # Dependents stop before what they depend on; names no declaration knows go first.
     assert stop_order([*components_for("e2e"), "stray"]) == [
         "stray", "ray-operator", "kueue", "kwok", "kube-scheduler", "kube-controller-manager",
-        "kube-apiserver", "etcd"]
+        "kube-apiserver", "dashboard-proxy", "etcd"]
 
 
 def test_every_handle_reads_state_json_afresh(tmp_path) -> None:
