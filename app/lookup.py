@@ -14,7 +14,7 @@ from coexist.kueueconfig import KueueSetup
 from webhooks import contract as c
 from webhooks.admit import ray_owner
 from webhooks.classify import Context
-from webhooks.objects import Obj
+from webhooks.objects import METADATA_KEPT, Obj
 
 # RayCluster -> RayJob/RayService is as deep as KubeRay nests today; the bound
 # guards against an ownership cycle written by hand.
@@ -35,12 +35,7 @@ def keep_metadata(kind: str):
         meta = obj.get("metadata") or {}
         out: dict[str, Any] = {
             "kind": kind,
-            "metadata": {
-                k: meta[k]
-                for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations",
-                          "ownerReferences")
-                if k in meta
-            },
+            "metadata": {k: meta[k] for k in METADATA_KEPT if k in meta},
         }
         if kind == c.RAYCLUSTER_KIND:
             groups = (obj.get("spec") or {}).get("workerGroupSpecs")

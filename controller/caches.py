@@ -18,7 +18,7 @@ from controller.config import ControllerConfig
 from kube import resources as r
 from kube.rest import Rest
 from webhooks import contract as c
-from webhooks.objects import labels
+from webhooks.objects import METADATA_KEPT, labels
 
 log = logging.getLogger("raykueue.controller")
 
@@ -60,9 +60,7 @@ def discover_version(rest: Rest) -> str | None:
 # `stuck`, the handlers' writes and Events) of each cached kind; the transforms
 # below keep exactly this on arrival. tests/unit/test_controller_trim.py runs
 # the decisions on trimmed and whole objects and expects the same answer.
-META_KEPT: Final = ("name", "namespace", "uid", "resourceVersion", "generation",
-                    "creationTimestamp", "deletionTimestamp", "labels", "annotations",
-                    "ownerReferences")
+# Of metadata: webhooks.objects.METADATA_KEPT, as every cache of ours.
 # Of a pod's spec: the gate, and the placement a gate lift adds to.
 POD_SPEC_KEPT: Final = ("schedulingGates", "nodeSelector", "tolerations")
 POD_STATUS_KEPT: Final = ("phase", "message")
@@ -125,7 +123,7 @@ _POD_META_SHARED: Final = ("labels", "annotations", "ownerReferences")
 def _kind_and_meta(obj: dict[str, Any], shared: tuple[str, ...] = ()) -> dict[str, Any]:
     # kind and apiVersion: Events about the object reference it by them.
     out = {k: sys.intern(obj[k]) for k in ("apiVersion", "kind") if isinstance(obj.get(k), str)}
-    meta = _pick(obj.get("metadata"), META_KEPT)
+    meta = _pick(obj.get("metadata"), METADATA_KEPT)
     for k in shared:
         if k in meta:
             meta[k] = _shared(meta[k])

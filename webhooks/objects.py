@@ -8,9 +8,16 @@ every reader here treats a missing or mistyped field as absent.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 Obj = Mapping[str, Any]
+
+# The metadata every cache of ours keeps of an object (the webhook's owner
+# caches, the controller's pod and Workload caches): what the rules, decisions
+# and Events read. managedFields, the largest part, is never among it.
+METADATA_KEPT: Final = ("name", "namespace", "uid", "resourceVersion", "generation",
+                        "creationTimestamp", "deletionTimestamp", "labels", "annotations",
+                        "ownerReferences")
 _EMPTY: Mapping[str, Any] = {}
 
 
