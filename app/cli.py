@@ -112,6 +112,7 @@ def serve(settings: Settings) -> int:
     # allocates thousands of short-lived ones: measured as a third of the CPU
     # per review in bench/admission.py.
     gc.freeze()
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,
              running.certificates.ca_file)
     try:

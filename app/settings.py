@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     # Closing sooner makes the first call after a pause pay a new TLS handshake;
     # longer means the API server is the one that closes, never us mid-request.
     keep_alive_seconds: int = Field(default=120, gt=0)
+    # How long a thread may hold the GIL before one that waits for it asks for a
+    # turn (sys.setswitchinterval; Python's own default is 5 ms). The event loop
+    # that answers the API server shares the process with the controller's watch
+    # and worker threads: a review that arrives while they parse and decide waits
+    # up to this long, per thread ahead of it, before its handler runs.
+    switch_interval_ms: float = Field(default=5.0, gt=0)
 
     # --- cluster ---------------------------------------------------------------
     kubeconfig: str | None = None

@@ -331,6 +331,9 @@ def main() -> int:
                         help="raykueue serves its webhooks only (RAYKUEUE_CONTROLLER=false), to "
                              "split the webhook's latency from the controller's load; latency "
                              "and keep-alive only")
+    parser.add_argument("--raykueue-env", action="append", default=[], metavar="RAYKUEUE_X=V",
+                        help="a setting for raykueue's server in this run (repeatable), e.g. "
+                             "RAYKUEUE_SWITCH_INTERVAL_MS=1")
     parser.add_argument("--lifecycle-pods", type=int, default=50)
     parser.add_argument("--lifecycle-rounds", type=int, default=3,
                         help="0 leaves the writes section out")
@@ -358,6 +361,11 @@ def main() -> int:
         if args.lifecycle_rounds:
             parser.error("--no-controller needs --lifecycle-rounds 0 (nothing would admit the pods)")
         env["RAYKUEUE_CONTROLLER"] = "false"
+    for setting in args.raykueue_env:
+        name, sep, value = setting.partition("=")
+        if not sep or not name.startswith("RAYKUEUE_"):
+            parser.error(f"--raykueue-env takes RAYKUEUE_<NAME>=<value>, not {setting!r}")
+        env[name] = value
     workdir = Path(tempfile.mkdtemp(prefix="raykueue-bench-"))
     server = start_raykueue(stack, workdir, ns["raykueue"], env=env)
     ceiling = apiview.Ceiling(stack, workdir, CEILING_NAMESPACES)
@@ -374,7 +382,7 @@ def main() -> int:
         assert c.GATE not in none_gates and (shipped or not none_gates), "raykueue in the plain namespace"
         print(f"stack {'started' if started else 'reused'} at {stack.dir} (Kueue {config.kueue_mode}); "
               f"namespaces {ns}; "
-              f"raykueue at {server.url}, Kueue's pod webhook on port "
+              f"raykueue at {server.url} with {env}, Kueue's pod webhook on port "
               f"{stack.procs['kueue'].ports['webhook']}")
         print(f"the ceiling webhook at {ceiling.url} (bench/ceiling.py), registered as "
               f"{apiview.CEILING_HOOK} for namespace {ns['ceiling']}")
