@@ -13,7 +13,9 @@ and raykueue's controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head 
 
 1. Pod-create latency: rounds in which each system in turn (the order rotates)
    gets its creates, timed around the POST, and what the API server measured over
-   that turn (bench/apiview.py): its webhook's calls and the whole pod POST.
+   that turn (bench/apiview.py): its webhook's calls and the whole pod POST. With
+   --variant RAYKUEUE_X=V raykueue takes a second turn per round, restarted with that
+   setting, so a setting's effect is measured side by side in one run.
 2. Keep-alive: TLS handshakes per 1,000 webhook calls for raykueue and the
    ceiling, with quiet pauses between bursts, under uvicorn's old 5 s keep-alive
    and under the default (RAYKUEUE_KEEP_ALIVE_SECONDS).
@@ -24,6 +26,7 @@ and raykueue's controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head 
     python bench/compare.py [--creates 40] [--rounds 5] [--keep-alive-rounds 4]
                             [--keep-alive-calls 25] [--pause 7] [--lifecycle-pods 50]
                             [--lifecycle-rounds 3] [--no-pods-ready]
+                            [--raykueue-env RAYKUEUE_X=V] [--variant RAYKUEUE_X=V]
 """
 
 from __future__ import annotations
@@ -77,8 +80,12 @@ from webhooks import contract as c  # noqa: E402
 
 SYSTEMS = ("none", "raykueue", "kueue", "ceiling")
 WRITE_SYSTEMS = ("none", "raykueue", "kueue")  # the ceiling decides, nothing runs its pods
-EXPECTED_GATE = {"none": None, "raykueue": c.GATE, "kueue": c.KUEUE_POD_GATE, "ceiling": c.GATE}
-OPTED_IN = ("raykueue", "ceiling")
+# raykueue again, restarted with the --variant settings for its turns (same namespace).
+VARIANT = "raykueue-variant"
+EXPECTED_GATE = {"none": None, "raykueue": c.GATE, "kueue": c.KUEUE_POD_GATE, "ceiling": c.GATE,
+                 VARIANT: c.GATE}
+OPTED_IN = ("raykueue", "ceiling", VARIANT)
+RAYKUEUE_TURNS = ("raykueue", VARIANT)
 CEILING_NAMESPACES = {"matchLabels": {SYSTEM_LABEL: "ceiling"}}
 
 
@@ -118,41 +125,62 @@ def delete_all(rest: Rest, ns: str, names: list[str], timeout: float) -> None:
              f"({len(pods_in(rest, ns))} pods, {len(workloads_in(rest, ns))} Workloads left)")
 
 
-def latency(rest: Rest, ns: dict[str, str], creates: int, rounds: int, shipped: bool,
-            server: RaykueueServer) -> None:
+def switch_to(stack: devstack.Stack, server: RaykueueServer, env: dict[str, str], ns: str) -> None:
+    """Restart raykueue's server with `env` unless it already runs with it."""
+    if server.extra_env == env:
+        return
+    server.extra_env = dict(env)
+    server.restart()
+    wait_for(lambda: c.GATE in dry_run_gates(stack, ns, opt_in=True), timeout=60,
+             message="the API server to call the restarted raykueue")
+
+
+def latency(stack: devstack.Stack, rest: Rest, ns: dict[str, str], creates: int, rounds: int,
+            shipped: bool, server: RaykueueServer, variant: dict[str, str]) -> None:
+    """With `variant`, raykueue takes a second turn per round restarted with those settings
+    (and the first one restarted without them): the two are measured side by side."""
+    systems = SYSTEMS + ((VARIANT,) if variant else ())
     print(f"\n## 1. pod-create latency: {creates} creates per system per round, {rounds} rounds, "
           f"each system's creates in one turn (order rotates), the API server's histograms "
           f"diffed around each turn")
+    if variant:
+        print(f"{VARIANT}: raykueue's server restarted with {variant} for its turn")
     hooks = {"none": apiview.KUEUE_POD_HOOK if shipped else None, "raykueue": apiview.POD_HOOK,
-             "kueue": apiview.KUEUE_POD_HOOK, "ceiling": apiview.CEILING_HOOK}
-    took: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-    medians: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-    views: dict[str, list[apiview.View]] = {s: [] for s in SYSTEMS}
-    handler = EMPTY
+             "kueue": apiview.KUEUE_POD_HOOK, "ceiling": apiview.CEILING_HOOK,
+             VARIANT: apiview.POD_HOOK}
+    namespace = {**ns, VARIANT: ns["raykueue"]}
+    envs = {"raykueue": dict(server.extra_env), VARIANT: {**server.extra_env, **variant}}
+    took: dict[str, list[float]] = {s: [] for s in systems}
+    medians: dict[str, list[float]] = {s: [] for s in systems}
+    views: dict[str, list[apiview.View]] = {s: [] for s in systems}
+    handler = {s: EMPTY for s in RAYKUEUE_TURNS}
     for r in range(rounds):
-        order = SYSTEMS[r % len(SYSTEMS):] + SYSTEMS[:r % len(SYSTEMS)]
+        order = systems[r % len(systems):] + systems[:r % len(systems)]
         for system in order:
+            if system in RAYKUEUE_TURNS:
+                switch_to(stack, server, envs[system], ns["raykueue"])
             made, this = [], []
             before = apiview.scrape(rest)
-            handler_before = apiview.handler_time(server) if system == "raykueue" else None
+            handler_before = apiview.handler_time(server) if system in RAYKUEUE_TURNS else None
             for _ in range(creates):
-                name, seconds = create(rest, ns[system], system)
+                name, seconds = create(rest, namespace[system], system)
                 made.append(name)
                 this.append(seconds * 1e3)
             views[system].append(apiview.phase_view(before, apiview.scrape(rest), hooks[system]))
             if handler_before is not None:
-                handler = handler + (apiview.handler_time(server) - handler_before)
+                handler[system] = handler[system] + (apiview.handler_time(server) - handler_before)
             took[system] += this
             medians[system].append(statistics.median(this))
-            delete_all(rest, ns[system], made, timeout=120 + creates * 2)
+            delete_all(rest, namespace[system], made, timeout=120 + creates * 2)
         print(f"  round {r + 1} (order {', '.join(order)}): " + ", ".join(
             f"{s} p50 {medians[s][-1]:.1f} ms, webhook p50 "
-            f"{views[s][-1].webhook.quantile(0.5) * 1e3:.1f} ms" for s in SYSTEMS))
+            f"{views[s][-1].webhook.quantile(0.5) * 1e3:.1f} ms" for s in systems))
+    switch_to(stack, server, envs["raykueue"], ns["raykueue"])
     print("As the bench client timed the POST:")
     print("| system | creates | p50 ms | p99 ms | added over no webhook, p50 | round p50s (spread) |")
     print("|---|---|---|---|---|---|")
     base = statistics.median(took["none"])
-    for system in SYSTEMS:
+    for system in systems:
         p50 = statistics.median(took[system])
         print(f"| {system} | {len(took[system])} | {p50:.1f} | {percentile(took[system], 0.99):.1f} | "
               f"{p50 - base:+.1f} ms | {spread(medians[system])} |")
@@ -162,23 +190,26 @@ def latency(rest: Rest, ns: dict[str, str], creates: int, rounds: int, shipped: 
     if ratios:
         print(f"raykueue's added p50 / Kueue's added p50, per round: "
               f"{', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}")
-    total = {s: sum(views[s][1:], views[s][0]) for s in SYSTEMS}
+    total = {s: sum(views[s][1:], views[s][0]) for s in systems}
     print("As the API server measured it (apiserver_admission_webhook_admission_duration_seconds "
           "for the system's webhook, CREATE; apiserver_request_duration_seconds for POST pods; "
           "quantiles interpolated in buckets as histogram_quantile does):")
     for row in apiview.view_table(total, hooks):
         print(row)
-    rk, cl = total["raykueue"], total["ceiling"]
-    for what, a, b in (("webhook", rk.webhook, cl.webhook), ("create", rk.create, cl.create)):
-        print(f"raykueue - ceiling, {what}: p50 {apiview.gap(a.quantile(0.5), b.quantile(0.5))}, "
-              f"p99 {apiview.gap(a.quantile(0.99), b.quantile(0.99))} (goal: within 10%)")
-    print(f"raykueue's own handler time for the same calls ({apiview.HANDLER_DURATION}, "
-          f"{handler.count:.0f} reviews): p50 {handler.quantile(0.5) * 1e3:.2f} ms, "
-          f"p99 {handler.quantile(0.99) * 1e3:.2f} ms; the rest of the API server's figure is "
-          f"connection, TLS, HTTP and the wait for a busy CPU")
-    per_round = [a.webhook.quantile(0.5) / b.webhook.quantile(0.5)
-                 for a, b in zip(views["raykueue"], views["ceiling"], strict=True)]
-    print("raykueue / ceiling webhook p50, per round: " + ", ".join(f"{x:.2f}" for x in per_round))
+    cl = total["ceiling"]
+    for ours in (s for s in systems if s in RAYKUEUE_TURNS):
+        rk = total[ours]
+        for what, a, b in (("webhook", rk.webhook, cl.webhook), ("create", rk.create, cl.create)):
+            print(f"{ours} - ceiling, {what}: p50 {apiview.gap(a.quantile(0.5), b.quantile(0.5))}, "
+                  f"p99 {apiview.gap(a.quantile(0.99), b.quantile(0.99))} (goal: within 10%)")
+        h = handler[ours]
+        print(f"{ours}'s own handler time for the same calls ({apiview.HANDLER_DURATION}, "
+              f"{h.count:.0f} reviews): p50 {h.quantile(0.5) * 1e3:.2f} ms, "
+              f"p99 {h.quantile(0.99) * 1e3:.2f} ms; the rest of the API server's figure is "
+              f"connection, TLS, HTTP and the wait for a busy CPU")
+        per_round = [a.webhook.quantile(0.5) / b.webhook.quantile(0.5)
+                     for a, b in zip(views[ours], views["ceiling"], strict=True)]
+        print(f"{ours} / ceiling webhook p50, per round: " + ", ".join(f"{x:.2f}" for x in per_round))
 
 
 def keep_alive(stack: devstack.Stack, rest: Rest, ns: dict[str, str], server: RaykueueServer,
@@ -334,6 +365,9 @@ def main() -> int:
     parser.add_argument("--raykueue-env", action="append", default=[], metavar="RAYKUEUE_X=V",
                         help="a setting for raykueue's server in this run (repeatable), e.g. "
                              "RAYKUEUE_SWITCH_INTERVAL_MS=1")
+    parser.add_argument("--variant", action="append", default=[], metavar="RAYKUEUE_X=V",
+                        help="latency only: raykueue also takes a turn per round restarted with "
+                             "this setting (repeatable), measured beside the one without")
     parser.add_argument("--lifecycle-pods", type=int, default=50)
     parser.add_argument("--lifecycle-rounds", type=int, default=3,
                         help="0 leaves the writes section out")
@@ -361,11 +395,17 @@ def main() -> int:
         if args.lifecycle_rounds:
             parser.error("--no-controller needs --lifecycle-rounds 0 (nothing would admit the pods)")
         env["RAYKUEUE_CONTROLLER"] = "false"
-    for setting in args.raykueue_env:
-        name, sep, value = setting.partition("=")
-        if not sep or not name.startswith("RAYKUEUE_"):
-            parser.error(f"--raykueue-env takes RAYKUEUE_<NAME>=<value>, not {setting!r}")
-        env[name] = value
+    def settings(given: list[str]) -> dict[str, str]:
+        out = {}
+        for setting in given:
+            name, sep, value = setting.partition("=")
+            if not sep or not name.startswith("RAYKUEUE_"):
+                parser.error(f"settings take RAYKUEUE_<NAME>=<value>, not {setting!r}")
+            out[name] = value
+        return out
+
+    env.update(settings(args.raykueue_env))
+    variant = settings(args.variant)
     workdir = Path(tempfile.mkdtemp(prefix="raykueue-bench-"))
     server = start_raykueue(stack, workdir, ns["raykueue"], env=env)
     ceiling = apiview.Ceiling(stack, workdir, CEILING_NAMESPACES)
@@ -386,7 +426,7 @@ def main() -> int:
               f"{stack.procs['kueue'].ports['webhook']}")
         print(f"the ceiling webhook at {ceiling.url} (bench/ceiling.py), registered as "
               f"{apiview.CEILING_HOOK} for namespace {ns['ceiling']}")
-        latency(rest, ns, args.creates, args.rounds, shipped, server)
+        latency(stack, rest, ns, args.creates, args.rounds, shipped, server, variant)
         if args.keep_alive_rounds:
             keep_alive(stack, rest, ns, server, ceiling, args.keep_alive_rounds,
                        args.keep_alive_calls, args.pause)
