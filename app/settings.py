@@ -63,8 +63,8 @@ class Settings(BaseSettings):
     # that answers the API server shares the process with the controller's watch
     # and worker threads: a review that arrives while they parse and decide waits
     # up to this long, per thread ahead of it, before its handler runs. At 0.5 ms
-    # the API server saw raykueue's webhook p50 at 1.04x the bare-ASGI ceiling's,
-    # against 1.16x at 5 ms (bench/RESULTS.md, bench/compare.py --variant).
+    # the API server saw raykueue's webhook p50 5% above the bare-ASGI ceiling's,
+    # against 17% at 5 ms, side by side in one run (bench/RESULTS.md).
     switch_interval_ms: float = Field(default=0.5, gt=0)
 
     # --- cluster ---------------------------------------------------------------
