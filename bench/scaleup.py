@@ -103,7 +103,10 @@ class Seen:
                 self.workload.setdefault(owner["name"], time.monotonic())
 
     def gated_with_workload(self) -> list[float]:
-        return [max(t, self.workload[n]) for n, t in self.gated.items() if n in self.workload]
+        # Called from the progress thread while the watch threads add entries: copy
+        # first (a dict copy is one step under the GIL; iterating one is not).
+        gated, workload = dict(self.gated), dict(self.workload)
+        return [max(t, workload[n]) for n, t in gated.items() if n in workload]
 
     def lags(self, done: dict[str, float]) -> list[float]:
         """Per pod: seconds from the pod first being seen to `done` (KubeRay's create rate aside)."""
@@ -177,6 +180,8 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
                 wait_for(done, timeout=max_wait, interval=1.0, message=phase)
             except WaitTimeout:
                 result[f"{phase}_timeout"] = True
+        for cache in caches:  # what was seen stops changing before it is read
+            cache.stop()
         times = seen.gated_with_workload()
         workload_done = {n: max(t, seen.workload[n]) for n, t in seen.gated.items() if n in seen.workload}
         result.update(
