@@ -49,7 +49,7 @@ def exported_names() -> set[str]:
 
 def family(name: str) -> str:
     """The metric family an exposition name belongs to (`x_total` -> `x`)."""
-    for suffix in ("_bucket", "_count", "_sum", "_created", "_total"):
+    for suffix in {s for suffixes in _SUFFIXES.values() for s in suffixes if s}:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
