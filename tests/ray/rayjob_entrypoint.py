@@ -3,10 +3,13 @@
     python rayjob_entrypoint.py TASKS OUT
 
 Submits TASKS one-CPU tasks. The head has no CPU, so each needs a worker the
-autoscaler asks for; each task waits until TASKS such workers are alive in Ray,
-so that they hold one worker each, side by side, then says which pod it ran on
-and when it saw them all. What Ray saw goes to OUT (JSON), which outlives the
-cluster, and to the job's log.
+autoscaler asks for. Each task signs a roll and holds its worker's one CPU
+until TASKS tasks have signed, so that they run side by side on a worker each,
+then says which pod it ran on and when the roll was full. (Waiting for TASKS
+workers to be alive was not enough: a task that returned as the last worker
+joined freed its CPU, and Ray could put the next task on that same worker.)
+What Ray saw goes to OUT (JSON), which outlives the cluster, and to the job's
+log.
 """
 
 from __future__ import annotations
@@ -18,25 +21,32 @@ import time
 from typing import Any
 
 import ray
+from ray.experimental import internal_kv
 
 POD_LABEL = "raykueue.io/pod"  # devstack.ray_node.POD_LABEL; Ray's Python has no devstack
+NAMESPACE = "raykueue-tests"
 
 
-def _workers() -> list[dict[str, Any]]:
-    return [n for n in ray.nodes() if n["Alive"] and n.get("Resources", {}).get("CPU", 0) > 0]
+def _roll() -> str:
+    return f"roll/{ray.get_runtime_context().get_job_id()}/"
 
 
 @ray.remote(num_cpus=1)
-def held_until_all_joined(want: int) -> dict[str, Any]:
-    while len(_workers()) < want:
+def held_until_all_signed(want: int) -> dict[str, Any]:
+    # The roll is in GCS's key-value store, not in an actor: a task blocked in
+    # ray.get() lends its CPU back to Ray, which would put the next task on this
+    # same worker. A call to the store, like ray.nodes(), keeps the CPU held.
+    pod = os.environ.get("RAY_CLOUD_INSTANCE_ID", "")
+    internal_kv._internal_kv_put(_roll() + pod, b"", namespace=NAMESPACE)
+    while len(internal_kv._internal_kv_list(_roll(), namespace=NAMESPACE)) < want:  # a poll, not a pause
         time.sleep(0.2)
-    return {"pod": os.environ.get("RAY_CLOUD_INSTANCE_ID", ""), "all_joined_at": time.time()}
+    return {"pod": pod, "all_joined_at": time.time()}
 
 
 def main() -> None:
     count, out = int(sys.argv[1]), sys.argv[2]
     ray.init(logging_level="warning", log_to_driver=False)
-    results = ray.get([held_until_all_joined.remote(count) for _ in range(count)])
+    results = ray.get([held_until_all_signed.remote(count) for _ in range(count)])
     seen = {
         "results": [r["pod"] for r in results],
         "all_joined_at": min(r["all_joined_at"] for r in results),
