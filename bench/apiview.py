@@ -187,11 +187,8 @@ class Target:
 
 
 def restart_raykueue(server: RaykueueServer, keep_alive: int | None) -> None:
-    if keep_alive is None:
-        server.extra_env.pop(KEEP_ALIVE_ENV, None)
-    else:
-        server.extra_env[KEEP_ALIVE_ENV] = str(keep_alive)
-    server.restart()
+    env = {k: v for k, v in server.extra_env.items() if k != KEEP_ALIVE_ENV}
+    server.restart(env if keep_alive is None else {**env, KEEP_ALIVE_ENV: str(keep_alive)})
 
 
 def handshakes_per_1000(rest: Rest, targets: dict[str, Target], call: Callable[[str], None],

@@ -129,8 +129,7 @@ def switch_to(stack: devstack.Stack, server: RaykueueServer, env: dict[str, str]
     """Restart raykueue's server with `env` unless it already runs with it."""
     if server.extra_env == env:
         return
-    server.extra_env = dict(env)
-    server.restart()
+    server.restart(env)
     wait_for(lambda: c.GATE in dry_run_gates(stack, ns, opt_in=True), timeout=60,
              message="the API server to call the restarted raykueue")
 

@@ -323,8 +323,11 @@ class RaykueueServer(LoopbackTLSServer):
                 self.proc.wait(timeout=5)
         self.proc = None
 
-    def restart(self) -> RaykueueServer:
+    def restart(self, env: dict[str, str] | None = None) -> RaykueueServer:
+        """With `env`, the server comes back with that as its whole extra environment."""
         self.stop()
+        if env is not None:
+            self.extra_env = dict(env)
         return self.start()
 
     def unregister(self) -> None:

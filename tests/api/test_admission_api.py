@@ -190,10 +190,10 @@ def test_health_endpoints_answer_curl_over_tls(ns: str, server) -> None:
 
 
 def test_pod_priority_option_is_accepted_by_the_api_server(ns: str, kubectl, server) -> None:
-    server.extra_env.update({"RAYKUEUE_SET_POD_PRIORITY": "true",
-                             "RAYKUEUE_HEAD_POD_PRIORITY_CLASS": "rk-test-head",
-                             "RAYKUEUE_WORKER_POD_PRIORITY_CLASS": "rk-test-worker"})
-    server.restart()
+    before = dict(server.extra_env)
+    server.restart({**before, "RAYKUEUE_SET_POD_PRIORITY": "true",
+                    "RAYKUEUE_HEAD_POD_PRIORITY_CLASS": "rk-test-head",
+                    "RAYKUEUE_WORKER_POD_PRIORITY_CLASS": "rk-test-worker"})
     for name, value in (("rk-test-head", 2000), ("rk-test-worker", 200)):
         kubectl("apply", "-f", "-", input=json.dumps({
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
@@ -210,9 +210,7 @@ def test_pod_priority_option_is_accepted_by_the_api_server(ns: str, kubectl, ser
     try:
         pod = wait_for(stored, timeout=20, message="pod with PriorityClass rk-test-head")
     finally:
-        for key in list(server.extra_env):
-            server.extra_env.pop(key)
-        server.restart()
+        server.restart(before)
     assert pod["spec"]["priority"] == 2000
     assert gates(pod) == [c.GATE]
 
