@@ -56,6 +56,7 @@ from bench.common import (  # noqa: E402
     dry_run_pod,
     events_by_source,
     gates,
+    interruptible,
     label,
     lifecycle_writes,
     make_queue,
@@ -445,4 +446,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    interruptible()
     sys.exit(main())

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import devstack  # noqa: E402
-from bench.common import request_totals  # noqa: E402
+from bench.common import interruptible, request_totals  # noqa: E402
 from controller.config import ControllerConfig  # noqa: E402
 from controller.loop import Controller  # noqa: E402
 from kube.cache import WatchCache  # noqa: E402
@@ -163,4 +163,5 @@ def _controller_writes() -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    interruptible()
     sys.exit(main())

@@ -39,6 +39,7 @@ from bench.common import (  # noqa: E402
     add_namespace,
     bench_config,
     gates,
+    interruptible,
     label,
     lifecycle_writes,
     make_queue,
@@ -285,4 +286,5 @@ def mib_per_pod(r: dict) -> float:
 
 
 if __name__ == "__main__":
+    interruptible()
     sys.exit(main())
