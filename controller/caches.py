@@ -69,21 +69,28 @@ POD_CONDITIONS_KEPT: Final = frozenset({"Ready"})
 WORKLOAD_STATUS_KEPT: Final = ("conditions", "admission", "admissionChecks", "reclaimablePods")
 
 
+# A resourceVersion is one object's and changes with every write: interned, each
+# would add an entry to the interpreter's table of interned strings and save no
+# copy. Names, uids and timestamps do repeat (a Workload's owner is its pod; ten
+# objects a second share a timestamp), and interning them measured smaller.
+_NOT_INTERNED: Final = frozenset({"resourceVersion"})
+
+
 def _pick(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(obj, dict):
         return {}
-    return {k: _interned(obj[k]) for k in keys if k in obj}
+    return {k: _interned(obj[k], k) for k in keys if k in obj}
 
 
-def _interned(value: Any) -> Any:
+def _interned(value: Any, key: str = "") -> Any:
     """Thousands of objects repeat the same label values, reasons and messages:
     one copy of each string instead of one per object."""
     if isinstance(value, str):
-        return sys.intern(value)
+        return value if key in _NOT_INTERNED else sys.intern(value)
     if isinstance(value, dict):
-        return {sys.intern(k): _interned(v) for k, v in value.items()}
+        return {sys.intern(k): _interned(v, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [_interned(v) for v in value]
+        return [_interned(v, key) for v in value]
     return value
 
 

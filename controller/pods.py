@@ -29,6 +29,9 @@ class SlimPod(dict[str, Any]):
     smaller than the parsed spec. `copy.copy`/`copy.deepcopy` keep both.
     """
 
+    # Slots, not an instance __dict__: that would be a dict more per cached pod.
+    __slots__ = ("sizing", "spec_json")
+
     def __init__(self, obj: Mapping[str, Any], sizing: str, spec_json: bytes | None) -> None:
         super().__init__(obj)
         self.sizing = sizing

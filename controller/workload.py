@@ -201,6 +201,8 @@ class SlimWorkload(dict[str, Any]):
     would drop both.
     """
 
+    __slots__ = ("pod_sets",)  # as SlimPod's: no instance __dict__ per cached Workload
+
     def __init__(self, obj: Mapping[str, Any], pod_sets: str) -> None:
         super().__init__(obj)
         self.pod_sets = pod_sets

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 import itertools
+import sys
 from typing import Any
 
+import orjson
 import pytest
 
 from controller import decide as d
@@ -182,3 +184,24 @@ def test_a_clusters_pods_share_their_repeated_fields_in_the_cache():
             a, b = a[key], b[key]
         assert a is b, path
     assert one["status"]["conditions"] is two["status"]["conditions"]
+
+
+def test_repeated_strings_are_interned_and_a_resource_version_is_not():
+    # As from the API: every string a fresh object, none interned.
+    def parsed(obj: dict[str, Any]) -> dict[str, Any]:
+        return orjson.loads(orjson.dumps(obj))
+
+    pod = o.pod()
+    one, two = (slim_pod(parsed(running_pod(ready=True))) for _ in range(2))
+    wl_one, wl_two = (slim_workload(parsed(o.workload(pod, "admitted"))) for _ in range(2))
+    assert one["status"]["phase"] is two["status"]["phase"]
+    assert wl_one["status"]["conditions"][0]["reason"] is wl_two["status"]["conditions"][0]["reason"]
+    # A resourceVersion repeats nowhere: interned, it would add an entry to the
+    # interpreter's table and save no copy. sys.intern returns the cached string
+    # only if that one was interned.
+    for obj in (one, wl_one):
+        value = obj["metadata"]["resourceVersion"]
+        assert sys.intern("".join(value)) is not value
+    assert sys.intern("".join(p.uid(one))) is p.uid(one)  # a uid does repeat: its Workload's owner
+    # The fingerprints ride in slots: an instance __dict__ is a dict more per object.
+    assert not hasattr(one, "__dict__") and not hasattr(wl_one, "__dict__")
