@@ -10,19 +10,24 @@ per Workload. It prints
 - the writes of one whole pod lifecycle (Workload created, gate lifted,
   PodsReady, Finished on deletion) from the API server's own
   apiserver_request_total, with the bench's own writes subtracted, next to
-  the controller's count of its requests.
+  the controller's count of its requests, and
+- with --memory, what the controller holds per pod once every gate is lifted:
+  tracemalloc's live allocations since it started, by module and by source line.
 
-    python bench/controller.py [--pods 1000] [--workers 4]
+    python bench/controller.py [--pods 1000] [--workers 4] [--memory]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import tracemalloc
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,6 +50,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--memory", action="store_true",
+                        help="trace the controller's allocations (tracemalloc, slower)")
     args = parser.parse_args()
     n = args.pods
 
@@ -74,6 +81,7 @@ def main() -> int:
         pods = list(pool.map(lambda i: t.create_pod(admin, t.ray_pod(
             ns, scope, "worker", f"rc-bench-{i:04d}")), range(n)))
 
+    memory = Memory(n) if args.memory else None
     stop = threading.Event()
     controller = Controller(admin, ControllerConfig(namespace=ns, head_first=False,
                                                     workers=args.workers),
@@ -81,7 +89,11 @@ def main() -> int:
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
     lifted: dict[str, float] = {}
-    watcher = WatchCache(admin, PODS, namespace=ns)
+    # The bench's own watch keeps a pod's name and gates, so that what it holds does not
+    # weigh in what --memory finds.
+    watcher = WatchCache(admin, PODS, namespace=ns, transform=lambda pod: {
+        "metadata": {"name": pod["metadata"]["name"]},
+        "spec": {"schedulingGates": pod["spec"].get("schedulingGates")}})
     watcher.add_handler(lambda _e, pod: (not t.gates(pod)) and lifted.setdefault(
         pod["metadata"]["name"], time.monotonic()))
     watcher.start()
@@ -102,6 +114,8 @@ def main() -> int:
         p99 = latencies[min(n - 1, int(n * 0.99))]
         print(f"admitted -> gate lifted over {n} pods: p50 {statistics.median(latencies) * 1e3:.0f}"
               f" ms, p99 {p99 * 1e3:.0f} ms, max {latencies[-1] * 1e3:.0f} ms")
+        if memory is not None:
+            memory.report()
 
         for pod in pods:
             t.make_ready(admin, pod)
@@ -146,6 +160,62 @@ def main() -> int:
     if started:
         devstack.down(config)
     return 0
+
+
+class Memory:
+    """tracemalloc from before the controller starts to a point where it holds every
+    pod and Workload: what is still allocated then is what it keeps per pod.
+
+    Python objects only: the RSS a pod costs is bench/scaleup.py's figure, measured
+    on a server process of its own. This process's RSS also holds the bench's own
+    parses of whole lists and tracemalloc's traces."""
+
+    TOP = 15
+    FRAMES = 10  # deep enough to reach our own code from the stdlib (copy, json)
+
+    def __init__(self, pods: int) -> None:
+        self.pods = pods
+        gc.collect()
+        tracemalloc.start(self.FRAMES)
+        self.base = tracemalloc.take_snapshot()
+
+    def report(self) -> None:
+        gc.collect()
+        held = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        n = self.pods
+        by_module: Counter[str] = Counter()
+        by_line: Counter[str] = Counter()
+        blocks: Counter[str] = Counter()
+        for stat in held.compare_to(self.base, "traceback"):
+            frames = list(reversed(stat.traceback))  # tracemalloc lists the oldest first
+            top = _place(frames[0])
+            ours = next((_place(f) for f in frames if _is_ours(f.filename)), None)
+            line = top if ours is None or ours == top else f"{top} via {ours}"
+            by_module[(ours or top).split(":")[0]] += stat.size_diff
+            by_line[line] += stat.size_diff
+            blocks[line] += stat.count_diff
+        print(f"Python objects allocated since the controller started and alive with {n} pods "
+              f"and their Workloads held: {sum(by_module.values()) / 1024 / n:.2f} KiB per pod")
+        print("  by module (the first frame in this repository), KiB per pod:")
+        for module, size in by_module.most_common(self.TOP):
+            print(f"    {size / 1024 / n:6.2f}  {module}")
+        print("  by source line, KiB per pod, blocks per pod:")
+        for line, size in by_line.most_common(self.TOP):
+            print(f"    {size / 1024 / n:6.2f}  {blocks[line] / n:5.1f}  {line}")
+
+
+def _is_ours(path: str) -> bool:
+    return path.startswith(str(ROOT) + "/") and "/.venv/" not in path
+
+
+def _place(frame: tracemalloc.Frame) -> str:
+    path = frame.filename
+    for base in (str(ROOT) + "/", sys.prefix + "/lib/", sys.base_prefix + "/lib/"):
+        if path.startswith(base):
+            path = path[len(base):]
+            break
+    return f"{path}:{frame.lineno}"
 
 
 def _controller_writes() -> dict[str, float]:
