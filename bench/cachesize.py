@@ -8,7 +8,10 @@ send it, then parses and trims each through the caches' own transforms
 bytes still allocated per pod and Workload: the objects, the strings they share
 and the interpreter's table of interned strings.
 
-    python bench/cachesize.py [--sizes 5000,12000]
+    python bench/cachesize.py [--sizes 5000,12000] [--not-interned FIELD,...]
+
+--not-interned replaces the fields whose string values the caches leave
+uninterned (`controller.caches._NOT_INTERNED`), to weigh that choice.
 
 Each size runs in a process of its own, so that one size's interned strings do
 not weigh in the next. To compare with another commit, copy this file into a
@@ -29,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
+from controller import caches  # noqa: E402
 from controller.caches import slim_pod, slim_workload  # noqa: E402
 from tests.unit import controller_objects as o  # noqa: E402
 
@@ -72,15 +76,19 @@ def held_per_pod(n: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="5000,12000")
+    parser.add_argument("--not-interned", help="comma-separated field names")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a size, in this process
     args = parser.parse_args()
     if args.one:
+        if args.not_interned is not None:
+            caches._NOT_INTERNED = frozenset(f for f in args.not_interned.split(",") if f)
         print(f"{held_per_pod(args.one):.0f}")
         return 0
+    variant = [] if args.not_interned is None else ["--not-interned", args.not_interned]
     print("| pods and Workloads | bytes held per pod and its Workload |")
     print("|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
-        held = subprocess.run([sys.executable, __file__, "--one", str(n)], check=True,
+        held = subprocess.run([sys.executable, __file__, "--one", str(n), *variant], check=True,
                               capture_output=True, text=True).stdout.strip()
         print(f"| {n} | {held} |", flush=True)
     return 0
