@@ -29,17 +29,6 @@ from webhooks import contract as c
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def interruptible() -> None:
-    """SIGINT and SIGTERM end a run through its `finally` blocks, which stop the stack
-    and the servers it started. Without this a run started in the background by a
-    shell without job control (`python bench/x.py &`) ignores SIGINT, the shell having
-    set it so, and SIGTERM kills it on the spot, leaving the stack running."""
-    def stop(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
 KUEUE = "kueue.x-k8s.io"
 WORKLOADS = crd(KUEUE, "v1beta2", "workloads")
 CQS = crd(KUEUE, "v1beta2", "clusterqueues", namespaced=False)
@@ -65,6 +54,18 @@ BACKGROUND = frozenset({"leases", "nodes", "namespaces", "tokenreviews", "subjec
 
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[\d.e+]+)$')
 Key = tuple[str, str, str]
+
+
+def interruptible() -> None:
+    """SIGINT and SIGTERM end a run through its `finally` blocks, which stop the stack
+    and the servers it started. Without this a run started in the background by a
+    shell without job control (`python bench/x.py &`) ignores SIGINT, the shell having
+    set it so, and SIGTERM kills it on the spot, leaving the stack running."""
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
 
 
 def request_totals(rest: Rest) -> Counter[Key]:

@@ -103,11 +103,12 @@ class Seen:
             if owner.get("kind") == "Pod":
                 self.workload.setdefault(owner["name"], time.monotonic())
 
-    def gated_with_workload(self) -> list[float]:
+    def gated_with_workload(self) -> dict[str, float]:
+        """Per pod seen gated and with its Workload: when the later of the two was seen."""
         # Called from the progress thread while the watch threads add entries: copy
         # first (a dict copy is one step under the GIL; iterating one is not).
         gated, workload = dict(self.gated), dict(self.workload)
-        return [max(t, workload[n]) for n, t in gated.items() if n in workload]
+        return {n: max(t, workload[n]) for n, t in gated.items() if n in workload}
 
     def lags(self, done: dict[str, float]) -> list[float]:
         """Per pod: seconds from the pod first being seen to `done` (KubeRay's create rate aside)."""
@@ -183,8 +184,8 @@ def one_size(stack: devstack.Stack, rest: Rest, n: int, max_wait: float) -> dict
                 result[f"{phase}_timeout"] = True
         for cache in caches:  # what was seen stops changing before it is read
             cache.stop()
-        times = seen.gated_with_workload()
-        workload_done = {n: max(t, seen.workload[n]) for n, t in seen.gated.items() if n in seen.workload}
+        workload_done = seen.gated_with_workload()
+        times = list(workload_done.values())
         result.update(
             created_s=max(seen.created.values()) - t0 if seen.created else None,
             workload_lag=seen.lags(workload_done), running_lag=seen.lags(seen.running),

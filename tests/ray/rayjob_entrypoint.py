@@ -36,9 +36,9 @@ def held_until_all_signed(want: int) -> dict[str, Any]:
     # The roll is in GCS's key-value store, not in an actor: a task blocked in
     # ray.get() lends its CPU back to Ray, which would put the next task on this
     # same worker. A call to the store, like ray.nodes(), keeps the CPU held.
-    pod = os.environ.get("RAY_CLOUD_INSTANCE_ID", "")
-    internal_kv._internal_kv_put(_roll() + pod, b"", namespace=NAMESPACE)
-    while len(internal_kv._internal_kv_list(_roll(), namespace=NAMESPACE)) < want:  # a poll, not a pause
+    pod, roll = os.environ.get("RAY_CLOUD_INSTANCE_ID", ""), _roll()
+    internal_kv._internal_kv_put(roll + pod, b"", namespace=NAMESPACE)
+    while len(internal_kv._internal_kv_list(roll, namespace=NAMESPACE)) < want:  # a poll, not a pause
         time.sleep(0.2)
     return {"pod": pod, "all_joined_at": time.time()}
 
