@@ -11,12 +11,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml ./
-COPY app ./app
-COPY certs ./certs
-COPY coexist ./coexist
-COPY controller ./controller
-COPY kube ./kube
-COPY webhooks ./webhooks
+COPY raykueue ./raykueue
 # Every dependency ships manylinux wheels: no compiler is needed, and none
 # reaches the final image either way. pip byte-compiles what it installs, so
 # the read-only runtime never needs to write __pycache__. pip itself is then

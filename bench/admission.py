@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from raykueue.core import contract as c  # noqa: E402
 from tests import reviews as rv  # noqa: E402
-from webhooks import contract as c  # noqa: E402
 
 LUA = """
 local bodies = {}
@@ -132,7 +132,7 @@ def main() -> int:
     real_port, ceiling_port = free_port(), free_port()
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the servers
     servers = [
-        subprocess.Popen([*pin, sys.executable, "-m", "app.cli", "serve", "--no-cluster",
+        subprocess.Popen([*pin, sys.executable, "-m", "raykueue.app.cli", "serve", "--no-cluster",
                           "--host", "127.0.0.1", "--port", str(real_port),
                           "--cert-dir", str(certs)], env=env, stderr=log, cwd=ROOT),
     ]

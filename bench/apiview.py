@@ -21,7 +21,7 @@ from pathlib import Path
 import devstack
 from bench.histograms import REQUEST_DURATION, WEBHOOK_DURATION, Histogram, Labels, histograms, merged
 from devstack.kubeapi import KubeError, object_path
-from kube.rest import Rest
+from raykueue.kube.rest import Rest
 from tests.stackfixtures import LoopbackTLSServer, RaykueueServer, metric_total, metrics_page
 from tests.waiting import wait_for
 

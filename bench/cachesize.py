@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
-from controller import caches  # noqa: E402
-from controller.caches import slim_pod, slim_workload  # noqa: E402
+from raykueue.controller import caches  # noqa: E402
+from raykueue.controller.caches import slim_pod, slim_workload  # noqa: E402
 from tests.unit import controller_objects as o  # noqa: E402
 
 PER_SECOND = 10  # objects that share a creation (and condition) timestamp

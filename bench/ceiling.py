@@ -27,14 +27,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.certificates import counted
-from app.cli import uvicorn_config
-from app.runtime import policy_from
-from app.settings import Settings
-from certs.store import ensure_certs
-from webhooks.admit import admit_create
-from webhooks.classify import Context
-from webhooks.review import encode, parse
+from raykueue.app.certificates import counted
+from raykueue.app.cli import uvicorn_config
+from raykueue.app.runtime import policy_from
+from raykueue.app.settings import Settings
+from raykueue.certs.store import ensure_certs
+from raykueue.webhooks.admit import admit_create
+from raykueue.webhooks.classify import Context
+from raykueue.webhooks.review import encode, parse
 
 CONTEXT = Context()
 HEADERS = [(b"content-type", b"application/json")]

@@ -20,12 +20,12 @@ from typing import Any
 
 import devstack
 from bench.kueue_pods import kueue_pod_integration
-from kube.resources import crd
-from kube.rest import ApiError, Rest
+from raykueue.core import contract as c
+from raykueue.kube.resources import crd
+from raykueue.kube.rest import ApiError, Rest
 from tests.reviews import creatable_pod
 from tests.stackfixtures import RaykueueServer
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 ROOT = Path(__file__).resolve().parent.parent
 

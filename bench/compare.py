@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import devstack  # noqa: E402
-from app.settings import Settings  # noqa: E402
 from bench import apiview  # noqa: E402
 from bench.common import (  # noqa: E402
     KUEUE_NAMESPACES,
@@ -72,12 +71,13 @@ from bench.kueue_pods import (  # noqa: E402
     register_kueue_pod_webhooks,
     unregister_kueue_pod_webhooks,
 )
-from kube.client import load_api_client  # noqa: E402
-from kube.resources import PODS  # noqa: E402
-from kube.rest import ApiError, Rest  # noqa: E402
+from raykueue.app.settings import Settings  # noqa: E402
+from raykueue.core import contract as c  # noqa: E402
+from raykueue.kube.client import load_api_client  # noqa: E402
+from raykueue.kube.resources import PODS  # noqa: E402
+from raykueue.kube.rest import ApiError, Rest  # noqa: E402
 from tests.stackfixtures import RaykueueServer  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
-from webhooks import contract as c  # noqa: E402
 
 SYSTEMS = ("none", "raykueue", "kueue", "ceiling")
 WRITE_SYSTEMS = ("none", "raykueue", "kueue")  # the ceiling decides, nothing runs its pods

@@ -36,13 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 import devstack  # noqa: E402
 from bench.common import interruptible, request_totals  # noqa: E402
-from controller.config import ControllerConfig  # noqa: E402
-from controller.loop import Controller  # noqa: E402
-from kube.cache import WatchCache  # noqa: E402
-from kube.client import load_api_client  # noqa: E402
-from kube.events import EventRecorder  # noqa: E402
-from kube.resources import PODS  # noqa: E402
-from kube.rest import Rest  # noqa: E402
+from raykueue.controller.config import ControllerConfig  # noqa: E402
+from raykueue.controller.loop import Controller  # noqa: E402
+from raykueue.kube.cache import WatchCache  # noqa: E402
+from raykueue.kube.client import load_api_client  # noqa: E402
+from raykueue.kube.events import EventRecorder  # noqa: E402
+from raykueue.kube.resources import PODS  # noqa: E402
+from raykueue.kube.rest import Rest  # noqa: E402
 from tests.api import test_controller_api as t  # noqa: E402
 
 

@@ -48,12 +48,12 @@ from bench.common import (  # noqa: E402
     request_totals,
     start_raykueue,
 )
-from kube.cache import WatchCache  # noqa: E402
-from kube.client import load_api_client  # noqa: E402
-from kube.resources import PODS  # noqa: E402
-from kube.rest import Rest  # noqa: E402
+from raykueue.core import contract as c  # noqa: E402
+from raykueue.kube.cache import WatchCache  # noqa: E402
+from raykueue.kube.client import load_api_client  # noqa: E402
+from raykueue.kube.resources import PODS  # noqa: E402
+from raykueue.kube.rest import Rest  # noqa: E402
 from tests.waiting import WaitTimeout, wait_for  # noqa: E402
-from webhooks import contract as c  # noqa: E402
 
 CLUSTER = "scale"
 KWOK_NODES = 10

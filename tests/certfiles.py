@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from certs.rotation import CA_CERT, TLS_CERT, TLS_KEY, Material
-from certs.secret import SecretApi, reconcile_secret
-from certs.store import write_atomic
+from raykueue.certs.rotation import CA_CERT, TLS_CERT, TLS_KEY, Material
+from raykueue.certs.secret import SecretApi, reconcile_secret
+from raykueue.certs.store import write_atomic
 
 
 def ensure_secret_certs(rest: SecretApi, namespace: str, name: str,

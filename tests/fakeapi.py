@@ -37,8 +37,8 @@ from typing import Any, NamedTuple
 
 import jsonpatch
 
-from kube.resources import Resource
-from kube.rest import ApiError
+from raykueue.kube.resources import Resource
+from raykueue.kube.rest import ApiError
 
 Obj = dict[str, Any]
 CREATED_AT = "2026-12-02T09:40:13Z"

@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
+from raykueue.core import contract as c
 from tests import reviews as rv
-from webhooks import contract as c
 
 MUTATE, VALIDATE = c.MUTATE_PATH, c.VALIDATE_PATH
 USER = "mallory"

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from webhooks.objects import gate_names
+from raykueue.core.objects import gate_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

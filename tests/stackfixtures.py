@@ -36,7 +36,7 @@ import pytest
 import devstack
 from devstack.kueue_shipped import SHIPPED
 from devstack.procs import tail
-from webhooks.contract import (
+from raykueue.core.contract import (
     GATE,
     NODE_TYPE_LABEL,
     QUEUE_LABEL,

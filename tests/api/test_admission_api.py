@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from raykueue.core import contract as c
 from tests import reviews as rv
 from tests.reviews import gates
 from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 

@@ -36,15 +36,15 @@ from typing import Any
 import pytest
 
 import devstack
-from certs import rotation as r
-from certs.issue import cert_to_pem
-from kube.client import load_api_client
-from kube.leader import format_micro_time
-from kube.rest import Rest
+from raykueue.certs import rotation as r
+from raykueue.certs.issue import cert_to_pem
+from raykueue.core import contract as c
+from raykueue.core.clock import format_micro_time
+from raykueue.kube.client import load_api_client
+from raykueue.kube.rest import Rest
 from tests.certfiles import ensure_secret_certs
 from tests.stackfixtures import RaykueueServer, _raykueue_command, new_namespace  # noqa: F401
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 MUTATING = (f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             f"{c.MUTATING_WEBHOOK_CONFIG}")

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from certs.inject import inject_ca_bundle
-from certs.issue import cert_to_pem, new_ca
-from kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS
-from kube.rest import ApiError, Rest
+from raykueue.certs.inject import inject_ca_bundle
+from raykueue.certs.issue import cert_to_pem, new_ca
+from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS
+from raykueue.kube.rest import ApiError, Rest
 
 
 def webhook(name: str) -> dict:

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from cryptography import x509
 
-from certs import secret as s
-from kube.rest import ApiError, Rest
+from raykueue.certs import secret as s
+from raykueue.kube.rest import ApiError, Rest
 from tests.certfiles import ensure_secret_certs
 
 NAME = "raykueue-webhook-tls"  # the name the Role in manifests/rbac.yaml allows

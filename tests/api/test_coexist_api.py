@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from coexist.metrics import KUEUE_OVERLAP
-from coexist.watcher import CONFIG_MAPS, KueueWatch, read_findings
-from kube.events import EventRecorder
-from kube.resources import Resource
-from kube.rest import Rest
+from raykueue.coexist.metrics import KUEUE_OVERLAP
+from raykueue.coexist.watcher import CONFIG_MAPS, KueueWatch, read_findings
+from raykueue.kube.events import EventRecorder
+from raykueue.kube.resources import Resource
+from raykueue.kube.rest import Rest
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
 

@@ -27,18 +27,18 @@ from typing import Any
 import pytest
 import yaml
 
-from controller import workload as w
-from controller.config import ControllerConfig
-from controller.explain import explain_pod
-from controller.loop import Controller
-from kube.events import EventRecorder
-from kube.resources import PODS, crd
-from kube.rest import ApiError, Rest
+from raykueue.controller import workload as w
+from raykueue.controller.config import ControllerConfig
+from raykueue.controller.explain import explain_pod
+from raykueue.controller.loop import Controller
+from raykueue.core import contract as c
+from raykueue.kube.events import EventRecorder
+from raykueue.kube.resources import PODS, crd
+from raykueue.kube.rest import ApiError, Rest
 from tests import reviews as rv
 from tests.reviews import gates
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 from tests.waiting import holds_for, wait_for
-from webhooks import contract as c
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
 WORKLOADS = crd(c.KUEUE_GROUP, "v1beta2", "workloads")

@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
-from controller import workload as w
-from kube.resources import PODS
-from kube.rest import ApiError, Rest
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import ApiError, Rest
+from raykueue.webhooks.validate import FROZEN_WHILE_GATED
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     WORKLOADS,
     admin,
@@ -39,8 +41,6 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
 from tests.reviews import gates
 from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
-from webhooks import contract as c
-from webhooks.validate import FROZEN_WHILE_GATED
 
 USER = "alice"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

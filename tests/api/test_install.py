@@ -25,10 +25,10 @@ import yaml
 
 import devstack
 from devstack.kubeapi import KubeError
+from raykueue.core import contract as c
 from tests import reviews as rv
 from tests.stackfixtures import RaykueueServer
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kube.cache import ADDED, DELETED, MODIFIED, WatchCache, drop_managed_fields
-from kube.resources import Resource
-from kube.rest import Rest
+from raykueue.kube.cache import ADDED, DELETED, MODIFIED, WatchCache, drop_managed_fields
+from raykueue.kube.resources import Resource
+from raykueue.kube.rest import Rest
 from tests.waiting import wait_for
 
 CONFIGMAPS = Resource("", "v1", "configmaps")

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from kube.backoff import Backoff
-from kube.leader import LeaderElector, lease_expired, observe, parse_time
-from kube.resources import LEASES
-from kube.rest import Rest
+from raykueue.core.clock import parse_time
+from raykueue.kube.backoff import Backoff
+from raykueue.kube.leader import LeaderElector, lease_expired, observe
+from raykueue.kube.resources import LEASES
+from raykueue.kube.rest import Rest
 from tests.waiting import holds_for, wait_for, within
 
 FAST = {"lease_seconds": 3, "renew_seconds": 2, "retry_seconds": 0.2}

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from kube.client import load_api_client
-from kube.events import WARNING, EventRecorder
-from kube.resources import EVENTS_V1, NAMESPACES, Resource, served_versions
-from kube.rest import ApiError, Rest
+from raykueue.kube.client import load_api_client
+from raykueue.kube.events import WARNING, EventRecorder
+from raykueue.kube.resources import EVENTS_V1, NAMESPACES, Resource, served_versions
+from raykueue.kube.rest import ApiError, Rest
 from tests.waiting import within
 
 CONFIGMAPS = Resource("", "v1", "configmaps")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhooks import contract as c
+from raykueue.core import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]
 RENAMED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",

@@ -133,7 +133,7 @@ def test_raykueue_server_fixture_registers_webhooks(raykueue_server, api_stack):
     import ssl
     import urllib.request
 
-    from webhooks.contract import (
+    from raykueue.core.contract import (
         MUTATE_PATH,
         MUTATING_WEBHOOK_CONFIG,
         VALIDATE_PATH,

@@ -12,8 +12,9 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from controller import stuck
-from kube.rest import Rest
+from raykueue.controller import stuck
+from raykueue.core import contract as c
+from raykueue.kube.rest import Rest
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     LOCAL_QUEUE,
     WPCS,
@@ -28,7 +29,6 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     workload_of,
 )
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 GAUGE = "raykueue_gated_pod_oldest_age_seconds"
 INTERVAL = 0.2

@@ -20,11 +20,11 @@ import threading
 from collections import Counter
 from typing import Any
 
-from controller import workload as w
-from kube import resources as r
-from kube.cache import WatchCache
-from kube.rest import ApiError, Rest
-from webhooks import contract as c
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube import resources as r
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.rest import ApiError, Rest
 
 WORKLOADS = r.crd(c.KUEUE_GROUP, "v1beta2", "workloads")
 RAY = {kind: r.crd(c.RAY_API_GROUP, "v1", kind.lower() + "s")

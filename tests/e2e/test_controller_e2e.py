@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from controller import workload as w
-from kube.resources import PODS, crd
-from kube.rest import ApiError, Rest
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube.resources import PODS, crd
+from raykueue.kube.rest import ApiError, Rest
 from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 KUEUE = "kueue.x-k8s.io"
 WORKLOADS = crd(KUEUE, "v1beta2", "workloads")

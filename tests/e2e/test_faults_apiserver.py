@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from controller import workload as w
 from devstack.stack import restart_component
-from kube.rest import ApiError, Rest
+from raykueue.controller import workload as w
+from raykueue.kube.rest import ApiError, Rest
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     WORKLOADS,
     CountingRest,

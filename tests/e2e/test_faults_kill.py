@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
-from controller import workload as w
-from kube.cache import WatchCache
-from kube.resources import PODS
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.resources import PODS
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
     RAYCLUSTERS,
@@ -49,7 +50,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
 )
 from tests.stackfixtures import RaykueueServer
 from tests.waiting import wait_for, within
-from webhooks import contract as c
 
 ROUNDS = int(os.environ.get("RAYKUEUE_FAULT_ROUNDS", "20"))
 SEED = int(os.environ.get("RAYKUEUE_FAULT_SEED", str(int(time.time()) % 100_000)))

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
-from controller import workload as w
-from kube.leader import parse_time
+from raykueue.app.settings import Settings
+from raykueue.controller import workload as w
+from raykueue.core.clock import parse_time
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     admin,
     create_pod,

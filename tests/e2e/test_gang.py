@@ -13,11 +13,12 @@ import threading
 import time
 from typing import Any
 
-from controller import gang_decide as gd
-from controller import workload as w
-from kube import resources as r
-from kube.cache import WatchCache
-from kube.rest import Rest
+from raykueue.controller import gang_decide as gd
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube import resources as r
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.rest import Rest
 from tests.e2e.invariants import WORKLOADS
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
@@ -36,7 +37,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
 from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
 from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 BASE = 5  # head + 4 min workers
 

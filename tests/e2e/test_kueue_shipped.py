@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from controller import workload as w
-from kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, crd
-from kube.rest import ApiError, Rest
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, crd
+from raykueue.kube.rest import ApiError, Rest
 from tests.e2e.invariants import Invariants
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
@@ -36,7 +37,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
 )
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 RAYJOBS = crd("ray.io", "v1", "rayjobs")
 RAYSERVICES = crd("ray.io", "v1", "rayservices")

@@ -21,6 +21,7 @@ import devstack
 from devstack import dashboard_proxy, pki, ray_driver
 from devstack.ray_procs import RayProcess, RayProcessError
 from devstack.ray_runner import RayClusterRunner, RayTier
+from raykueue.core import contract as c
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
@@ -29,7 +30,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     webhooks,
 )
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 FIGURES: dict[str, Any] = {}
 # A head starts in seconds on an idle machine; on a busy one a start can take a

@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller import workload as w
-from kube.resources import PODS
-from kube.rest import ApiError, Rest
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import ApiError, Rest
 from tests.e2e.test_controller_e2e import WORKLOADS, gated, role, running
-from webhooks import contract as c
 
 
 @dataclass

@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.e2e.test_controller_e2e import RAYCLUSTERS, by_pod, describe, settled
-from tests.waiting import wait_for
-from webhooks.autoscaler_env import (
+from raykueue.webhooks.autoscaler_env import (
     ALLOCATE_TIMEOUT_ENV,
     DEFAULT_ALLOCATE_TIMEOUT_SECONDS,
 )
+from tests.e2e.test_controller_e2e import RAYCLUSTERS, by_pod, describe, settled
+from tests.waiting import wait_for
 
 from .conftest import FIGURES, RayCluster, raycluster
 from .observe import observed

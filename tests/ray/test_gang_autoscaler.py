@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller import workload as w
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
 from tests.e2e.test_controller_e2e import describe, role, running, state
 from tests.e2e.test_gang import GangWatch, base_of
 from tests.waiting import wait_for
-from webhooks import contract as c
 
 from .conftest import FIGURES, RayCluster, raycluster
 from .observe import observed

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller import workload as w
 from devstack.ray_procs import RayProcessError
 from devstack.stack import tail
-from kube.resources import PODS
+from raykueue.controller import workload as w
+from raykueue.kube.resources import PODS
 from tests.e2e.test_controller_e2e import RAYCLUSTERS, WORKLOADS
 from tests.e2e.test_kueue_shipped import RAYJOBS, watched
 from tests.waiting import wait_for

@@ -17,11 +17,11 @@ import httpx
 import orjson
 import pytest
 
-from certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
-from certs.store import write_atomic
+from raykueue.certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
+from raykueue.certs.store import write_atomic
+from raykueue.core import contract as c
 from tests import reviews as rv
 from tests.waiting import holds_for, wait_for
-from webhooks import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]
 UVICORN_DEFAULT_KEEP_ALIVE = 5  # seconds, uvicorn.Config(timeout_keep_alive=5)
@@ -39,7 +39,7 @@ def server(tmp_path: Path) -> Iterator[tuple[int, Path, Path]]:
     env = {**os.environ, "RAYKUEUE_HOST": "127.0.0.1", "KUBECONFIG": str(tmp_path / "none")}
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--cert-dir",
+            [sys.executable, "-m", "raykueue.app.cli", "serve", "--port", str(port), "--cert-dir",
              str(cert_dir)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     try:

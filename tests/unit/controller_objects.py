@@ -14,9 +14,9 @@ import copy
 import itertools
 from typing import Any
 
-from controller import workload as w
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
 from tests.reviews import head_review, pod_of, worker_review
-from webhooks import contract as c
 
 T0 = "2026-12-02T09:40:12Z"
 T1 = "2026-12-02T09:40:15Z"

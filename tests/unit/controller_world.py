@@ -7,10 +7,10 @@ The api tier runs the same scenarios against a real kube-apiserver.
 
 from __future__ import annotations
 
-from controller import workload as w
-from kube import resources as r
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube import resources as r
 from tests.fakeapi import FakeApi
-from webhooks import contract as c
 
 _KUEUE_CLUSTER_SCOPED = ("resourceflavors", "workloadpriorityclasses", "clusterqueues")
 _KUEUE_NAMESPACED = ("workloads", "localqueues")

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from app.leadership import ControllerHost
-from app.settings import Settings
+from raykueue.app.leadership import ControllerHost
+from raykueue.app.settings import Settings
 from tests.waiting import wait_for
 
 
@@ -31,11 +31,12 @@ class FlakyController:
 
 def test_a_failed_controller_is_not_ready_until_it_runs_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import controller.loop
 
     FlakyController.starts = 0
-    monkeypatch.setattr(controller.loop, "Controller", FlakyController)
-    monkeypatch.setattr("app.leadership.EventRecorder", lambda *_: None)
+    from raykueue.controller import loop
+
+    monkeypatch.setattr(loop, "Controller", FlakyController)
+    monkeypatch.setattr("raykueue.app.leadership.EventRecorder", lambda *_: None)
     settings = Settings(leader_election=False, retry_seconds=0.2, renew_seconds=0.5,
                         lease_seconds=1)
     host = ControllerHost(None, settings)  # type: ignore[arg-type]

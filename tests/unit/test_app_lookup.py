@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.lookup import ClusterView, keep_metadata
+from raykueue.app.lookup import ClusterView, keep_metadata
+from raykueue.core import contract as c
 from tests import reviews as rv
-from webhooks import contract as c
 
 
 class Store:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.runtime import start
-from app.settings import Settings
-from certs.issue import cert_from_pem
+from raykueue.app.runtime import start
+from raykueue.app.settings import Settings
+from raykueue.certs.issue import cert_from_pem
 
 
 def test_offline_start_serves_the_cert_dir_and_stops_cleanly(tmp_path: Path) -> None:

@@ -10,13 +10,13 @@ import httpx
 import orjson
 import pytest
 
-from app.lookup import ClusterView
-from app.runtime import mutate_with, policy_from, validate_with
-from app.server import Readiness, build_app
-from app.settings import Settings
+from raykueue.app.lookup import ClusterView
+from raykueue.app.runtime import mutate_with, policy_from, validate_with
+from raykueue.app.server import Readiness, build_app
+from raykueue.app.settings import Settings
+from raykueue.core import contract as c
+from raykueue.webhooks.admit import Outcome
 from tests import reviews as rv
-from webhooks import contract as c
-from webhooks.admit import Outcome
 
 LIMIT = 64 * 1024
 pytestmark = pytest.mark.anyio

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from certs.inject import ca_bundle_ops, config_trusts, inject_ca_bundle
-from certs.rotation import issue_material
-from kube.rest import ApiError
+from raykueue.certs.inject import ca_bundle_ops, config_trusts, inject_ca_bundle
+from raykueue.certs.rotation import issue_material
+from raykueue.kube.rest import ApiError
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 B64 = base64.b64encode(CA).decode()

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from certs.issue import (
+from raykueue.certs.issue import (
     cert_from_pem,
     cert_to_pem,
     key_from_pem,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from certs import rotation as r
-from certs.keeper import SecretCertKeeper, placeholder_pair
-from certs.serving import ServingContext
-from kube.rest import ApiError
+from raykueue.certs import rotation as r
+from raykueue.certs.keeper import SecretCertKeeper, placeholder_pair
+from raykueue.certs.serving import ServingContext
+from raykueue.kube.rest import ApiError
 from tests.unit.test_certs_secret import NAME, NS, PATH, FakeSecrets, ensure
 from tests.waiting import wait_for
 
@@ -192,8 +192,8 @@ def test_placeholder_is_self_signed_throwaway_and_servable() -> None:
 
 
 def test_leadership_without_the_controller_still_tells_the_keeper(tmp_path: Path) -> None:
-    from app.leadership import ControllerHost
-    from app.settings import Settings
+    from raykueue.app.leadership import ControllerHost
+    from raykueue.app.settings import Settings
 
     host = ControllerHost(None, Settings(leader_election=False, controller=False),  # type: ignore[arg-type]
                           run_controller=False)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography import x509
 
-from certs import rotation as r
-from certs.issue import cert_to_pem
+from raykueue.certs import rotation as r
+from raykueue.certs.issue import cert_to_pem
 
 pytestmark = pytest.mark.unit
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from certs import secret as s
-from certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
-from certs.rotation import pair_matches
-from kube.rest import ApiError
+from raykueue.certs import secret as s
+from raykueue.certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
+from raykueue.certs.rotation import pair_matches
+from raykueue.kube.rest import ApiError
 from tests.certfiles import ensure_secret_certs, write_cert_files
 from tests.fakeapi import FakeApi
 
@@ -326,7 +326,7 @@ def test_secret_without_ca_key_is_served_as_given(
     ensure(fake, tmp_path / "seed", serving_days=10)  # expiring, so a rotation would be due
     del fake.objects[PATH]["data"]["ca.key"]
     given = fake.stored()
-    with caplog.at_level(logging.WARNING, logger="certs.secret"):
+    with caplog.at_level(logging.WARNING, logger="raykueue.certs.secret"):
         ensure(fake, tmp_path / "a")
     assert fake.writes() == ["create"]
     assert fake.stored() == given

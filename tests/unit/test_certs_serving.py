@@ -5,8 +5,8 @@ from __future__ import annotations
 import ssl
 from datetime import datetime
 
-from certs.issue import cert_from_pem, cert_to_pem, key_to_pem, new_ca, new_serving_cert
-from certs.serving import ServingContext
+from raykueue.certs.issue import cert_from_pem, cert_to_pem, key_to_pem, new_ca, new_serving_cert
+from raykueue.certs.serving import ServingContext
 
 
 def pair(days: int) -> tuple[bytes, bytes]:

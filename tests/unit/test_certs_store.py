@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certs.issue import (
+from raykueue.certs.issue import (
     cert_from_pem,
     cert_to_pem,
     key_from_pem,
@@ -24,7 +24,7 @@ from certs.issue import (
     new_ca,
     new_serving_cert,
 )
-from certs.store import CertPaths, CertReloader, ensure_certs, make_server_ssl_context, write_atomic
+from raykueue.certs.store import CertPaths, CertReloader, ensure_certs, make_server_ssl_context, write_atomic
 
 
 def mode(path: Path) -> int:
@@ -221,7 +221,7 @@ def test_half_written_pair_is_ignored_until_valid(
         original = serial(conn)
     cert_pem, key_pem = pki.issue()
 
-    with caplog.at_level(logging.WARNING, logger="certs.store"):
+    with caplog.at_level(logging.WARNING, logger="raykueue.certs.store"):
         bump(pki.paths.tls_cert, cert_pem[: len(cert_pem) // 2])  # truncated certificate
         assert not reloader.check()
         assert not reloader.check()  # same broken state: no second warning

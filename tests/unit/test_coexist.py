@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coexist.findings import findings
-from coexist.kueueconfig import ASSUMED, SHIPPED_FRAMEWORKS, BadConfig, parse
-from coexist.selectors import matches
-from webhooks import contract as c
+from raykueue.coexist.findings import findings
+from raykueue.coexist.kueueconfig import ASSUMED, SHIPPED_FRAMEWORKS, BadConfig, parse
+from raykueue.coexist.selectors import matches
+from raykueue.core import contract as c
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 

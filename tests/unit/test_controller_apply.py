@@ -7,11 +7,11 @@ import typing
 
 import pytest
 
-from controller import actions as a
-from controller import handlers as h
-from controller.apply import HANDLERS, apply
-from controller.config import ControllerConfig
-from controller.state import State
+from raykueue.controller import actions as a
+from raykueue.controller import handlers as h
+from raykueue.controller.apply import HANDLERS, apply
+from raykueue.controller.config import ControllerConfig
+from raykueue.controller.state import State
 from tests.unit.controller_world import World
 
 pytestmark = pytest.mark.unit

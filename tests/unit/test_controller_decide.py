@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from controller import actions as a
-from controller import decide as d
-from controller import workload as w
-from controller import workload_status as ws
+from raykueue.controller import actions as a
+from raykueue.controller import decide as d
+from raykueue.controller import workload as w
+from raykueue.controller import workload_status as ws
+from raykueue.core import contract as c
 from tests.unit import controller_objects as o
-from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller import decide as d
-from controller.explain import explain, explain_pod, queue_position
+from raykueue.controller import decide as d
+from raykueue.controller.explain import explain, explain_pod, queue_position
+from raykueue.core import contract as c
 from tests.unit import controller_objects as o
 from tests.unit.controller_world import World
-from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
 

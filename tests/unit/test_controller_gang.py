@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from controller.gang import HEAD_GROUP, Base, Member, minimum, plan, quota_held
+from raykueue.controller.gang import HEAD_GROUP, Base, Member, minimum, plan, quota_held
 
 pytestmark = pytest.mark.unit
 

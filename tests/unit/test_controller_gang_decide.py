@@ -6,12 +6,12 @@ import dataclasses
 import json
 from typing import Any
 
-from controller import actions as a
-from controller import decide as d
-from controller import gang_decide as gd
-from controller import workload as w
+from raykueue.controller import actions as a
+from raykueue.controller import decide as d
+from raykueue.controller import gang_decide as gd
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
 from tests.unit import controller_objects as o
-from webhooks import contract as c
 
 GROUP = "gpu-group"
 CTX = gd.GangContext(flavors={o.FLAVOR: {"metadata": {"name": o.FLAVOR},
@@ -138,7 +138,7 @@ def test_base_pods_ready_sets_podsready_once() -> None:
 
 
 def test_explain_names_the_gang_the_pods_place_and_what_it_waits_for() -> None:
-    from controller.explain import explain_pod
+    from raykueue.controller.explain import explain_pod
     from tests.unit.controller_world import World
     world = World()
     world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))

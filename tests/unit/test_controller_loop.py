@@ -9,15 +9,15 @@ import threading
 import pytest
 from prometheus_client import REGISTRY
 
-from controller import actions as a
-from controller import workload as w
-from controller.config import ControllerConfig
-from controller.loop import Controller
-from kube.rest import ApiError
+from raykueue.controller import actions as a
+from raykueue.controller import workload as w
+from raykueue.controller.config import ControllerConfig
+from raykueue.controller.loop import Controller
+from raykueue.core import contract as c
+from raykueue.kube.rest import ApiError
 from tests.unit import controller_objects as o
 from tests.unit.controller_world import World
 from tests.waiting import wait_for, within
-from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
 

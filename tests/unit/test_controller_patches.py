@@ -5,9 +5,9 @@ from __future__ import annotations
 import jsonpatch
 import pytest
 
-from controller import patches
+from raykueue.controller import patches
+from raykueue.core import contract as c
 from tests.unit import controller_objects as o
-from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
 

@@ -6,10 +6,10 @@ import copy
 
 import pytest
 
-from controller.state import ORPHANS, State, owner_key
-from kube.cache import DELETED
+from raykueue.controller.state import ORPHANS, State, owner_key
+from raykueue.core import contract as c
+from raykueue.kube.cache import DELETED
 from tests.unit import controller_objects as o
-from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from controller import decide as d
-from controller import stuck
+from raykueue.controller import decide as d
+from raykueue.controller import stuck
+from raykueue.core import contract as c
 from tests.unit import controller_objects as o
-from webhooks import contract as c
 
 CREATED = datetime.fromisoformat(o.T0.replace("Z", "+00:00")).timestamp()
 NOW = CREATED + 300.0

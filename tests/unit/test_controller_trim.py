@@ -18,16 +18,16 @@ from typing import Any
 import orjson
 import pytest
 
-from controller import decide as d
-from controller import explain as e
-from controller import gang_decide as gd
-from controller import pods as p
-from controller import stuck
-from controller import workload as w
-from controller.caches import slim_pod, slim_workload
+from raykueue.controller import decide as d
+from raykueue.controller import explain as e
+from raykueue.controller import gang_decide as gd
+from raykueue.controller import pods as p
+from raykueue.controller import stuck
+from raykueue.controller import workload as w
+from raykueue.controller.caches import slim_pod, slim_workload
+from raykueue.core import contract as c
 from tests.unit import controller_objects as o
 from tests.unit.test_controller_decide import ctx
-from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
 

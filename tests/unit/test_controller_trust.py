@@ -11,11 +11,11 @@ import copy
 
 import pytest
 
-from controller import actions as a
-from controller import decide as d
-from controller import pods as p
-from controller import workload as w
-from controller.caches import slim_workload
+from raykueue.controller import actions as a
+from raykueue.controller import decide as d
+from raykueue.controller import pods as p
+from raykueue.controller import workload as w
+from raykueue.controller.caches import slim_workload
 from tests.unit import controller_objects as o
 from tests.unit.test_controller_decide import ctx
 

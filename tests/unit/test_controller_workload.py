@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from controller import admission as adm
-from controller import workload as w
-from controller import workload_status as ws
+from raykueue.controller import admission as adm
+from raykueue.controller import workload as w
+from raykueue.controller import workload_status as ws
+from raykueue.core import contract as c
 from tests.unit import controller_objects as o
-from webhooks import contract as c
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from controller.workqueue import WorkQueue
+from raykueue.controller.workqueue import WorkQueue
 
 pytestmark = pytest.mark.unit
 

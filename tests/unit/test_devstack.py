@@ -13,7 +13,7 @@ from devstack.components import kueue_config
 from devstack.objects import base_objects, node_objects
 from devstack.stack import Stack, components_for, free_ports, restart_component
 from devstack.webhooks import shipped_webhook_configurations
-from webhooks import contract
+from raykueue.core import contract
 
 
 def test_webhook_configurations_follow_the_contract():

@@ -22,7 +22,7 @@ from devstack.components import kueue_config
 from devstack.config import KUEUE_MODE_ENV, StackConfig
 from devstack.objects import KUEUE_NAMESPACE
 from devstack.stack import Stack, StackError, _other_mode
-from webhooks import contract
+from raykueue.core import contract
 
 NOT_SYSTEM = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                                     "values": ["kube-system", "kueue-system"]}]}
@@ -301,8 +301,8 @@ def test_the_stack_publishes_kueues_configuration_as_installs_do() -> None:
     """raykueue reads Kueue's setup from this ConfigMap (coexist/); the stack's must parse as shipped."""
     import yaml
 
-    from coexist.kueueconfig import parse
     from devstack.kueue_shipped import manager_config_map, shipped_module
+    from raykueue.coexist.kueueconfig import parse
 
     text = yaml.safe_dump(shipped_module().manager_config)
     cm = manager_config_map(text, "kueue-system")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kube.backoff import Backoff
+from raykueue.kube.backoff import Backoff
 
 
 def test_backoff_grows_caps_and_resets() -> None:

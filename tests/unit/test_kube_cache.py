@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from kube.backoff import Backoff
-from kube.cache import ADDED, DELETED, MODIFIED, WatchCache, diff, drop_managed_fields
-from kube.resources import PODS
-from kube.rest import ApiError
+from raykueue.kube.backoff import Backoff
+from raykueue.kube.cache import ADDED, DELETED, MODIFIED, WatchCache, diff, drop_managed_fields
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import ApiError
 from tests.waiting import wait_for
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kube import client as kube_client
-from kube.client import load_api_client
+from raykueue.kube import client as kube_client
+from raykueue.kube.client import load_api_client
 
 
 class VersionHandler(http.server.BaseHTTPRequestHandler):
@@ -65,7 +65,7 @@ current-context: x
 
 
 def test_nothing_configured_is_none(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="kube.client"):
+    with caplog.at_level(logging.WARNING, logger="raykueue.kube.client"):
         assert load_api_client(None) is None
     assert "no kubernetes configuration" in caplog.text
 
@@ -114,7 +114,7 @@ def test_in_cluster_wins_over_home_kubeconfig(api_url: str, tmp_path: Path,
     write_kubeconfig(tmp_path / "home/.kube/config", api_url)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    with caplog.at_level(logging.WARNING, logger="kube.client"):
+    with caplog.at_level(logging.WARNING, logger="raykueue.kube.client"):
         # In-cluster is chosen (and, with no service account here, unusable):
         # ~/.kube/config is not consulted.
         assert load_api_client(None) is None
@@ -125,7 +125,7 @@ def test_in_cluster_without_service_account_is_none(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    with caplog.at_level(logging.WARNING, logger="kube.client"):
+    with caplog.at_level(logging.WARNING, logger="raykueue.kube.client"):
         assert load_api_client(None) is None
     assert "unusable" in caplog.text
 
@@ -133,7 +133,7 @@ def test_in_cluster_without_service_account_is_none(
 def test_unreachable_server_is_none_logged_once_without_token(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:9", token="very-secret")
-    with caplog.at_level(logging.WARNING, logger="kube.client"):
+    with caplog.at_level(logging.WARNING, logger="raykueue.kube.client"):
         assert load_api_client(str(path), probe_timeout=1) is None
         assert load_api_client(str(path), probe_timeout=1) is None
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]

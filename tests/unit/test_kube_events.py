@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kube.events import NOTE_MAX_BYTES, EventRecorder, event_body, truncate_utf8
-from kube.rest import ApiError
+from raykueue.kube.events import NOTE_MAX_BYTES, EventRecorder, event_body, truncate_utf8
+from raykueue.kube.rest import ApiError
 
 POD = {"apiVersion": "v1", "kind": "Pod",
        "metadata": {"namespace": "team-a", "name": "ray-worker-x", "uid": "u-1",
@@ -85,6 +85,6 @@ def test_record_posts_to_the_objects_namespace() -> None:
 @pytest.mark.parametrize("error", [ApiError(403, "Forbidden"), RuntimeError("socket gone")])
 def test_record_never_raises(error: Exception, caplog: pytest.LogCaptureFixture) -> None:
     rest = Recorder(error)
-    with caplog.at_level(logging.WARNING, logger="kube.events"):
+    with caplog.at_level(logging.WARNING, logger="raykueue.kube.events"):
         EventRecorder(rest, "c").record(POD, "Normal", "R", "m")  # type: ignore[arg-type]
     assert "not recorded" in caplog.text

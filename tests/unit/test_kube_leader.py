@@ -11,18 +11,17 @@ from typing import Any
 
 import pytest
 
-from kube.backoff import Backoff
-from kube.leader import (
+from raykueue.core.clock import format_micro_time, parse_time
+from raykueue.kube.backoff import Backoff
+from raykueue.kube.leader import (
     LeaderElector,
     Observation,
     claim,
-    format_micro_time,
     lease_expired,
     observe,
-    parse_time,
     released,
 )
-from kube.rest import ApiError
+from raykueue.kube.rest import ApiError
 from tests.waiting import wait_for, within
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kube.resources import (
+from raykueue.kube.resources import (
     EVENTS_V1,
     LEASES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
@@ -16,7 +16,7 @@ from kube.resources import (
     crd,
     served_versions,
 )
-from kube.rest import ApiError
+from raykueue.kube.rest import ApiError
 
 
 def test_core_group_paths() -> None:

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from kube.rest import ApiError, Rest, WatchStream, encode_query
+from raykueue.kube.rest import ApiError, Rest, WatchStream, encode_query
 from tests.waiting import wait_for, within
 
 

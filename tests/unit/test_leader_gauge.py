@@ -6,8 +6,8 @@ import threading
 
 from prometheus_client import REGISTRY
 
-from app.leadership import ControllerHost
-from app.settings import Settings
+from raykueue.app.leadership import ControllerHost
+from raykueue.app.settings import Settings
 from tests.waiting import wait_for
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.settings import Settings
-from webhooks import contract as c
+from raykueue.app.settings import Settings
+from raykueue.core import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

@@ -19,9 +19,9 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-import app.metrics  # noqa: F401 (registers the app's metrics)
-import coexist.metrics  # noqa: F401 (registers the Kueue-coexistence metrics)
-import controller.metrics  # noqa: F401 (registers the controller's metrics)
+import raykueue.app.metrics
+import raykueue.coexist.metrics
+import raykueue.controller.metrics  # noqa: F401 (registers the controller's metrics)
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT = ROOT / "manifests" / "components" / "monitoring"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings
+from raykueue.app.settings import Settings
 
 
 def test_lease_timing_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +27,7 @@ def test_idle_connections_outlive_the_api_servers_and_reach_uvicorn(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import ssl
 
-    from app.cli import uvicorn_config
+    from raykueue.app.cli import uvicorn_config
 
     api_server_idle_seconds = 90  # Go's http.DefaultTransport, see Settings.keep_alive_seconds
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -48,7 +48,7 @@ def test_the_event_loop_waits_at_most_half_a_millisecond_for_the_gil(
     import gc
     import sys
 
-    from app.cli import tune_interpreter
+    from raykueue.app.cli import tune_interpreter
 
     before = sys.getswitchinterval()
     try:

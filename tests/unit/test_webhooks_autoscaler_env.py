@@ -7,7 +7,7 @@ import copy
 import jsonpatch
 import pytest
 
-from webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, allocate_timeout_patch
+from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, allocate_timeout_patch
 
 WANTED = {"name": ALLOCATE_TIMEOUT_ENV, "value": "86400"}
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from raykueue.core import contract as c
+from raykueue.webhooks.admit import admit_create, admit_update
+from raykueue.webhooks.classify import Context, Policy
+from raykueue.webhooks.review import BadReview, parse
 from tests.fuzz_reviews import MUTATE, cases
-from webhooks import contract as c
-from webhooks.admit import admit_create, admit_update
-from webhooks.classify import Context, Policy
-from webhooks.review import BadReview, parse
 
 pytestmark = pytest.mark.unit
 

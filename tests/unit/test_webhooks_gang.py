@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from app.lookup import keep_metadata
+from raykueue.app.lookup import keep_metadata
+from raykueue.core import contract as c
+from raykueue.webhooks.classify import Context
 from tests import reviews as rv
 from tests.unit.test_webhooks_mutate import RAYCLUSTER, patched, run
-from webhooks import contract as c
-from webhooks.classify import Context
 
 
 def _cluster(gang: str | None, groups: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -10,12 +10,12 @@ import jsonpatch
 import orjson
 import pytest
 
+from raykueue.core import contract as c
+from raykueue.webhooks.admit import admit_create, ray_owner
+from raykueue.webhooks.classify import Context, PodPriority, Policy, is_dns1123_subdomain
+from raykueue.webhooks.review import encode, parse
 from tests import reviews as rv
 from tests.reviews import gates
-from webhooks import contract as c
-from webhooks.admit import admit_create, ray_owner
-from webhooks.classify import Context, PodPriority, Policy, is_dns1123_subdomain
-from webhooks.review import encode, parse
 
 POLICY = Policy()
 RAYCLUSTER = {

@@ -14,10 +14,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhooks import contract as c
-from webhooks.admit import admit_ray_object
-from webhooks.rayobjects import Stage
-from webhooks.review import Review
+from raykueue.core import contract as c
+from raykueue.webhooks.admit import admit_ray_object
+from raykueue.webhooks.rayobjects import Stage
+from raykueue.webhooks.review import Review
 
 SUSPEND = {"RayCluster": ("spec",), "RayJob": ("spec",), "RayService": ("spec", "rayClusterConfig")}
 CLUSTER_SPEC = {"RayCluster": ("spec",), "RayJob": ("spec", "rayClusterSpec"),
@@ -176,7 +176,7 @@ def test_other_kinds_and_operations_pass_untouched() -> None:
 
 @pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService"])
 def test_the_first_stage_raises_the_autoscalers_allocate_timeout_unless_the_user_set_it(kind: str) -> None:
-    from webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
+    from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
 
     obj = ray_object(kind, annotations=OPTED_IN)
     node = obj

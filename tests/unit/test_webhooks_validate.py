@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
+from raykueue.core import contract as c
+from raykueue.webhooks.admit import admit_update
+from raykueue.webhooks.review import parse
 from tests import reviews as rv
-from webhooks import contract as c
-from webhooks.admit import admit_update
-from webhooks.review import parse
 
 CONTROLLER = c.DEFAULT_CONTROLLER_IDENTITY
 CONTROLLERS = frozenset({CONTROLLER})

@@ -1,0 +1,187 @@
+"""`raykueue serve`, `raykueue explain` and `raykueue certs`."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from raykueue.app.settings import Settings
+
+if TYPE_CHECKING:
+    import ssl
+
+    import uvicorn
+
+log = logging.getLogger("raykueue")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raykueue", description="Per-pod Kueue admission for autoscaled KubeRay clusters."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve the admission webhooks over HTTPS (and run the controller when a "
+        "cluster is reachable)",
+        description="Flags override RAYKUEUE_* environment variables, which override defaults.",
+    )
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--cert-dir", help="holds tls.crt/tls.key; generated with a CA when absent")
+    serve.add_argument("--kubeconfig", help="cluster to watch; without it KUBECONFIG, then the "
+                       "in-cluster service account, then ~/.kube/config")
+    serve.add_argument("--no-cluster", dest="cluster", action="store_false", default=None,
+                       help="admission only: never contact a cluster")
+    serve.add_argument("--no-controller", dest="controller", action="store_false", default=None,
+                       help="serve webhooks only; another process runs the controller")
+    serve.add_argument("--controller-identity", dest="controller_identities", action="append",
+                       help="username allowed to lift the gate (repeatable)")
+    serve.add_argument("--log-level")
+
+    explain = sub.add_parser("explain", help="say why a pod is still gated")
+    explain.add_argument("pod")
+    explain.add_argument("-n", "--namespace", default="default")
+    explain.add_argument("--kubeconfig")
+
+    certs = sub.add_parser("certs", help="inspect or rotate the certificate Secret")
+    certs_sub = certs.add_subparsers(dest="certs_command", required=True)
+    rotate = certs_sub.add_parser(
+        "rotate", help="ask the leader to rotate: the serving certificate, or with --ca the CA",
+        description="Marks the Secret; the replica holding the Lease rotates it (a CA in two "
+        "stages: trusted first, served second) and removes the mark.")
+    rotate.add_argument("--ca", action="store_true", help="rotate the CA, not only the serving "
+                        "certificate")
+    status = certs_sub.add_parser("status", help="show the Secret's CAs and rotation stage")
+    for p in (rotate, status):
+        p.add_argument("--secret", help="Secret name (default: RAYKUEUE_CERT_SECRET)")
+        p.add_argument("-n", "--namespace", help="its namespace (default: RAYKUEUE_POD_NAMESPACE)")
+        p.add_argument("--kubeconfig")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if v is not None and k not in ("command", "pod")
+    }
+    if args.command == "serve":
+        return serve(Settings(**overrides))
+    if args.command == "certs":
+        return certs(args)
+    return explain(args.pod, args.namespace, args.kubeconfig)
+
+
+def uvicorn_config(settings: Settings, app: Any, context: ssl.SSLContext) -> uvicorn.Config:
+    """How raykueue (and bench/ceiling.py, its bare-ASGI ceiling) is served, loaded."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_keep_alive=settings.keep_alive_seconds,
+    )
+    config.load()
+    # TLS is ours, not uvicorn's: the context is fed certificates as bytes
+    # (see certs.serving), which uvicorn's file-path options cannot do.
+    config.ssl = context
+    return config
+
+
+def tune_interpreter(settings: Settings) -> None:
+    """Called once everything long-lived is built, just before serving."""
+    # Everything imported and built so far lives as long as the process. Freezing
+    # it keeps the cyclic GC from rescanning a few hundred thousand long-lived
+    # objects (FastAPI, pydantic, the kubernetes client) while each review
+    # allocates thousands of short-lived ones: measured as a third of the CPU
+    # per review in bench/admission.py.
+    gc.freeze()
+    # The event loop gets the GIL back sooner from the controller's threads
+    # (see Settings.switch_interval_ms).
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from raykueue.app import logs, runtime
+
+    logs.configure(settings.log_level)
+    running = runtime.start(settings)
+    config = uvicorn_config(settings, running.app, running.certificates.serving.context)
+    tune_interpreter(settings)
+    log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,
+             running.certificates.ca_file)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        running.shutdown()
+    return 0
+
+
+def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
+    from raykueue.controller.explain import explain_pod
+    from raykueue.kube.client import load_api_client
+    from raykueue.kube.rest import Rest
+
+    api = load_api_client(kubeconfig)
+    if api is None:
+        print("raykueue explain: no cluster reachable (set --kubeconfig or KUBECONFIG)",
+              file=sys.stderr)
+        return 2
+    from raykueue.app.settings import Settings
+    from raykueue.coexist.watcher import read_findings
+
+    settings = Settings()
+    rest = Rest(api)
+    notes = [f"{f.kind}: {f.message}"
+             for f in read_findings(rest, settings.kueue_namespace, settings.kueue_config_map)]
+    print(explain_pod(rest, namespace, pod, setup_notes=notes))
+    return 0
+
+
+def certs(args: argparse.Namespace) -> int:
+    from raykueue.certs.rotation import ROTATE_CA, ROTATE_SERVING
+    from raykueue.certs.secret import SECRETS, describe, request_rotation
+    from raykueue.kube.client import load_api_client
+    from raykueue.kube.rest import ApiError, Rest
+
+    settings = Settings()
+    name = args.secret or settings.cert_secret
+    namespace = args.namespace or settings.pod_namespace
+    if not name:
+        print("raykueue certs: name the Secret (--secret or RAYKUEUE_CERT_SECRET)", file=sys.stderr)
+        return 2
+    api = load_api_client(args.kubeconfig or settings.kubeconfig)
+    if api is None:
+        print("raykueue certs: no cluster reachable (set --kubeconfig or KUBECONFIG)",
+              file=sys.stderr)
+        return 2
+    rest = Rest(api)
+    try:
+        if args.certs_command == "rotate":
+            what = ROTATE_CA if args.ca else ROTATE_SERVING
+            request_rotation(rest, namespace, name, what)
+            print(f"Secret {namespace}/{name} marked for {what} rotation; the leader acts on "
+                  "its next tick (see `raykueue certs status`)")
+            return 0
+        for line in describe(rest.get(SECRETS.path(namespace, name))):
+            print(line)
+        return 0
+    except ApiError as exc:
+        print(f"raykueue certs: Secret {namespace}/{name}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The admission webhook's view of the cluster: owners, LocalQueues, PriorityClasses.
+
+Everything is read from watch-backed caches so that answering a review never
+waits on the API server. Without a cluster the view is empty and the webhook
+decides from the pod alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from raykueue.coexist.kueueconfig import KueueSetup
+from raykueue.core import contract as c
+from raykueue.core.objects import METADATA_KEPT, Obj
+from raykueue.webhooks.admit import ray_owner
+from raykueue.webhooks.classify import Context
+
+# RayCluster -> RayJob/RayService is as deep as KubeRay nests today; the bound
+# guards against an ownership cycle written by hand.
+_MAX_OWNER_DEPTH = 3
+
+
+class Store(Protocol):
+    synced: bool
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+
+
+def keep_metadata(kind: str):
+    """Transform for owner caches: a RayCluster's spec can be large; of it only
+    each worker group's name and minimum are kept (a gang's base, docs/GANG.md)."""
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.get("metadata") or {}
+        out: dict[str, Any] = {
+            "kind": kind,
+            "metadata": {k: meta[k] for k in METADATA_KEPT if k in meta},
+        }
+        if kind == c.RAYCLUSTER_KIND:
+            groups = (obj.get("spec") or {}).get("workerGroupSpecs")
+            if isinstance(groups, list):
+                out["spec"] = {"workerGroupSpecs": [
+                    {k: g[k] for k in ("groupName", "minReplicas", "numOfHosts") if k in g}
+                    for g in groups if isinstance(g, dict)]}
+        return out
+
+    return transform
+
+
+def keep_value(obj: dict[str, Any]) -> dict[str, Any]:
+    """Transform for PriorityClasses: the name and the value are all we need."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta.get(k) for k in ("name", "resourceVersion")},
+            "value": obj.get("value")}
+
+
+_OFFLINE = Context(cluster_known=False)
+
+
+class ClusterView:
+    def __init__(
+        self,
+        owners: Mapping[str, Store],
+        local_queues: Store | None,
+        priority_classes: Store | None = None,
+        kueue: Callable[[], KueueSetup] | None = None,
+    ) -> None:
+        self.owners = owners
+        self.local_queues = local_queues
+        self.priority_classes = priority_classes
+        # Kueue's setup as coexist/ reads it: which Ray kinds Kueue would admit whole.
+        self.kueue = kueue
+
+    @classmethod
+    def offline(cls) -> ClusterView:
+        return cls({}, None)
+
+    @property
+    def online(self) -> bool:
+        return self.local_queues is not None
+
+    def context_for(self, pod: Obj, namespace: str) -> Context:
+        if not self.online:
+            return _OFFLINE
+        chain: list[Obj] = []
+        unresolved: str | None = None
+        obj = pod
+        for _ in range(_MAX_OWNER_DEPTH):
+            ref = ray_owner(obj)
+            if ref is None:
+                break
+            kind, name = ref
+            store = self.owners.get(kind)
+            if store is None:
+                break  # that kind is not served here, so nothing can be learned from it
+            found = store.get(namespace, name)
+            if found is None:
+                unresolved = f"{kind} {namespace}/{name}"
+                break
+            chain.append(found)
+            obj = found
+        assert self.local_queues is not None
+        default_queue = self.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None
+        setup = self.kueue() if self.kueue is not None else None
+        return Context(
+            owners=tuple(chain),
+            cluster_known=True,
+            unresolved_owner=unresolved,
+            default_queue_exists=default_queue,
+            priority_values=_PriorityValues(self.priority_classes),
+            kueue_job_kinds=setup.ray_kinds if setup is not None else frozenset(),
+            kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(namespace),
+        )
+
+
+class _PriorityValues(Mapping[str, int]):
+    """Lazy mapping over the PriorityClass cache: most reviews never ask."""
+
+    def __init__(self, store: Store | None) -> None:
+        self._store = store
+
+    def __getitem__(self, name: str) -> int:
+        obj = self._store.get(None, name) if self._store is not None else None
+        value = obj.get("value") if obj else None
+        if not isinstance(value, int):
+            raise KeyError(name)
+        return value
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0

@@ -1,0 +1,146 @@
+"""Every knob raykueue has, with its default and its environment variable.
+
+Precedence: command-line flag, then `RAYKUEUE_<NAME>` environment variable,
+then the default here. Lists are given in the environment as JSON
+(`RAYKUEUE_DNS_NAMES='["raykueue.raykueue-system.svc"]'`) or comma-separated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import orjson
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from raykueue.core import contract as c
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAYKUEUE_", extra="ignore")
+
+    # --- serving ---------------------------------------------------------------
+    host: str = "0.0.0.0"
+    port: int = 9443
+    cert_dir: Path = Path("certs-local")
+    # SANs of a generated serving certificate; ignored when tls.crt is given.
+    dns_names: CommaList = Field(default_factory=lambda: ["localhost"])
+    ip_addresses: CommaList = Field(default_factory=lambda: ["127.0.0.1"])
+    # An AdmissionReview holds the object and, on update, the old one; etcd
+    # caps an object at 1.5 MiB, so 4 MiB leaves room and stops abuse.
+    max_body_bytes: int = 4 * 1024 * 1024
+    # Multi-replica installs share one CA and serving pair through this Secret
+    # (kubernetes.io/tls in pod_namespace). The Lease holder creates, rotates and
+    # injects it; every replica reads it through the API every poll interval.
+    cert_secret: str | None = None
+    pod_namespace: str = "raykueue-system"
+    cert_secret_poll_seconds: float = 10.0
+    # Write our CA into the two webhook configurations' caBundle (in-cluster
+    # installs; tests register their own webhooks with the CA they generated).
+    # With cert_secret only the leader writes; a reset caBundle is put back
+    # within min(cert_secret_poll_seconds, ca_bundle_interval_seconds).
+    inject_ca_bundle: bool = False
+    ca_bundle_interval_seconds: float = 60.0
+    # A CA rotation reissues the serving pair only after both configurations'
+    # caBundle have held the new CA this long (the API server applies a
+    # changed configuration through a watch, a moment after our read-back).
+    ca_trust_settle_seconds: float = 5.0
+    log_level: str = "INFO"
+    # Seconds an idle client connection stays open (uvicorn's own default is 5).
+    # The API server keeps its idle webhook connections 90 s: its webhook client
+    # (k8s.io/apiserver v0.36.3 pkg/util/webhook/client.go:138) gets its transport
+    # from client-go (transport/cache.go:147), whose SetTransportDefaults takes
+    # IdleConnTimeout from Go's http.DefaultTransport (k8s.io/apimachinery v0.36.3
+    # pkg/util/net/http.go:123-124), 90 s (Go 1.26 net/http/transport.go:54).
+    # Closing sooner makes the first call after a pause pay a new TLS handshake;
+    # longer means the API server is the one that closes, never us mid-request.
+    keep_alive_seconds: int = Field(default=120, gt=0)
+    # How long a thread may hold the GIL before one that waits for it asks for a
+    # turn (sys.setswitchinterval; Python's own default is 5 ms). The event loop
+    # that answers the API server shares the process with the controller's watch
+    # and worker threads: a review that arrives while they parse and decide waits
+    # up to this long, per thread ahead of it, before its handler runs. At 0.5 ms
+    # the API server saw raykueue's webhook p50 5% above the bare-ASGI ceiling's,
+    # against 17% at 5 ms, side by side in one run (bench/RESULTS.md).
+    switch_interval_ms: float = Field(default=0.5, gt=0)
+
+    # --- cluster ---------------------------------------------------------------
+    kubeconfig: str | None = None
+    # When False the server never contacts a cluster, even if one is configured.
+    cluster: bool = True
+    probe_timeout_seconds: float = 3.0
+    # How long the controller waits for its caches before it says so and waits on.
+    cache_sync_timeout_seconds: float = 60.0
+
+    # --- admission policy ------------------------------------------------------
+    head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
+    worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
+    # Usernames allowed to lift the gate (the controller's ServiceAccount).
+    controller_identities: CommaList = Field(
+        default_factory=lambda: [c.DEFAULT_CONTROLLER_IDENTITY]
+    )
+    # Off by default: also set the pod's Kubernetes PriorityClass.
+    set_pod_priority: bool = False
+    head_pod_priority_class: str = "ray-head"
+    worker_pod_priority_class: str = "ray-worker"
+
+    # --- controller ------------------------------------------------------------
+    controller: bool = True
+    head_first: bool = True
+    # Write PodsReady on Workloads: "auto" follows Kueue's waitForPodsReady as
+    # its Configuration says (on in Kueue v1beta2 unless its DisableWaitForPodsReady
+    # gate is set), since only then does Kueue act on it (it evicts Workloads that
+    # never get it); off saves one write per pod. "true"/"false" force it.
+    pods_ready: Literal["auto", "true", "false"] = "auto"
+    # Written into an opted-in Ray cluster's autoscaler env on creation
+    # (RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S) unless the user set it:
+    # a worker waiting for quota is then kept, not recycled. 0 turns it off.
+    autoscaler_allocate_timeout_seconds: int = 86400
+    # --- Kueue beside us (read, never written) -----------------------------------
+    kueue_namespace: str = "kueue-system"
+    kueue_config_map: str = "kueue-manager-config"
+    controller_workers: int = 4
+    # Every managed pod is reconciled again this often, a safety net for a
+    # missed watch event.
+    resync_seconds: float = 300.0
+    # A gated pod with no Workload (and no head to wait for) this long gets a
+    # Warning Event saying why; raykueue_gated_pod_oldest_age_seconds is refreshed
+    # every stuck_interval_seconds.
+    stuck_grace_seconds: float = 120.0
+    stuck_interval_seconds: float = 15.0
+    leader_election: bool = True
+    # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
+    # manifests set it from the downward API), else "default", so that
+    # `raykueue serve` against a dev cluster leads without any setup.
+    lease_namespace: str | None = None
+    lease_name: str = "raykueue-controller"
+    # Failover takes up to lease_seconds + retry_seconds after a leader dies
+    # without releasing the Lease; a graceful stop releases it at once.
+    # Same defaults as client-go's leader election.
+    lease_seconds: int = 15
+    renew_seconds: float = 10.0
+    retry_seconds: float = 2.0
+
+    @field_validator("dns_names", "ip_addresses", "controller_identities", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return orjson.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> Settings:
+        # A renew deadline at or past the lease would let two leaders overlap.
+        if not 0 < self.retry_seconds < self.renew_seconds < self.lease_seconds:
+            raise ValueError(
+                "leader election needs 0 < RAYKUEUE_RETRY_SECONDS < RAYKUEUE_RENEW_SECONDS"
+                f" < RAYKUEUE_LEASE_SECONDS; got {self.retry_seconds}, {self.renew_seconds},"
+                f" {self.lease_seconds}"
+            )
+        return self

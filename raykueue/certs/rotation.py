@@ -1,0 +1,406 @@
+"""What to do with the certificate Secret next: a pure plan, no I/O.
+
+A CA rotation is staged so that the API server never meets a serving
+certificate it does not trust:
+
+1. "trust": a new CA is issued and joins `ca.crt` (behind the signing CA);
+   its key waits in `next-ca.key`, and the serving pair is left as it is.
+   The leader injects the grown bundle into both webhook configurations.
+2. "settle": both configurations' caBundle hold the new CA, read back from
+   the API (see `certs.inject.configs_trust`) at the time recorded. The API
+   server applies a changed configuration through a watch, a moment after
+   that read; should either stop trusting it meanwhile, back to "trust".
+3. "switch": once `settle` has passed, the serving pair is reissued from the
+   new CA, which moves to the front of `ca.crt`; the stage key goes.
+
+The stage lives in the Secret's data under `rotation` ("trust", or "settle"
+with the time trust was first read back), written in the same conditional
+update as the material it describes: whichever replica leads next carries
+on from it, and `raykueue certs status` shows it.
+
+The old CA stays in the bundle until it expires: a replica that has not yet
+picked up the new pair keeps serving one the API server still trusts, and a
+CA left in a bundle costs nothing. (Dropping it once every replica serves
+the new pair would need each replica to publish what it serves; expiry needs
+no such bookkeeping and cannot be wrong.)
+
+Serving-certificate renewals under the same CA change nothing the API server
+trusts, so they happen in one step.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+
+from raykueue.certs.issue import (
+    IssuerKey,
+    cert_to_pem,
+    key_from_pem,
+    key_to_pem,
+    new_ca,
+    new_serving_cert,
+)
+from raykueue.core.clock import format_time
+
+CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+NEXT_CA_CERT, NEXT_CA_KEY = "next-ca.crt", "next-ca.key"
+ROTATION = "rotation"
+STAGE_TRUST, STAGE_SETTLE = "trust", "settle"
+
+# Set on the Secret by an operator (`raykueue certs rotate`); the leader
+# honours it and removes it in the write that starts the rotation.
+ROTATE_ANNOTATION = "raykueue.io/rotate"
+ROTATE_CA, ROTATE_SERVING = "ca", "serving"
+
+RENEW_WITHIN = timedelta(days=30)
+CA_DAYS = 3650
+SERVING_DAYS = 365
+_LACKS_SANS = "serving certificate lacks SAN(s) "
+
+
+@dataclass(frozen=True, slots=True)
+class Material:
+    """PEM bytes as stored in the Secret; `ca_key` is None when not ours."""
+
+    ca_cert: bytes
+    tls_cert: bytes
+    tls_key: bytes
+    ca_key: bytes | None = None
+    next_ca_cert: bytes | None = None
+    next_ca_key: bytes | None = None
+    # The CA rotation's stage (see the module docstring); None when none is under way.
+    rotation: bytes | None = None
+
+    def fields(self) -> dict[str, bytes]:
+        out = {CA_CERT: self.ca_cert, TLS_CERT: self.tls_cert, TLS_KEY: self.tls_key}
+        for key, value in ((CA_KEY, self.ca_key), (NEXT_CA_CERT, self.next_ca_cert),
+                           (NEXT_CA_KEY, self.next_ca_key), (ROTATION, self.rotation)):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A CA rotation's stage as stored: "trust", or "settle" since `since`."""
+
+    name: str
+    since: datetime | None = None
+
+    def encode(self) -> bytes:
+        if self.since is None:
+            return self.name.encode()
+        return f"{self.name} {self.since.isoformat()}".encode()
+
+    @classmethod
+    def decode(cls, value: bytes | None) -> Stage:
+        """The stored stage; anything unreadable counts as "trust", the safe one."""
+        name, _, when = (value or b"").decode("ascii", "replace").partition(" ")
+        if name == STAGE_SETTLE:
+            try:
+                since = datetime.fromisoformat(when)
+            except ValueError:
+                return cls(STAGE_TRUST)
+            if since.tzinfo is not None:
+                return cls(STAGE_SETTLE, since)
+        return cls(STAGE_TRUST)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of `plan`.
+
+    serve: what replicas serve now (None: nothing usable is stored yet).
+    write: the Secret's new content, or None to leave it.
+    reason: why `write` (for the log; never key material).
+    pending_ca: the CA that must be trusted before the serving pair may move to it.
+    clear_request: drop ROTATE_ANNOTATION in the write.
+    warning: something an operator should fix that this plan will not.
+    """
+
+    serve: Material | None
+    write: Material | None = None
+    reason: str | None = None
+    pending_ca: bytes | None = None
+    clear_request: bool = False
+    warning: str | None = None
+
+
+# -- checks --------------------------------------------------------------------------
+
+
+def needs_rotation(cert_pem: bytes, dns_names: Iterable[str], now: datetime, *,
+                   ip_addresses: Iterable[str] = (), renew_within: timedelta = RENEW_WITHIN,
+                   ca_pem: bytes | None = None) -> str | None:
+    """Why the serving certificate `cert_pem` must be reissued, or None.
+
+    Reasons: unreadable, not yet valid, expiring within `renew_within`,
+    missing one of the SANs we serve on, or (with `ca_pem`) not issued by the
+    first certificate of `ca_pem`.
+    """
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        return "serving certificate is unreadable"
+    if now < cert.not_valid_before_utc:
+        return f"serving certificate is not valid before {format_time(cert.not_valid_before_utc)}"
+    expires = cert.not_valid_after_utc
+    if expires - now < renew_within:
+        return f"serving certificate expires {format_time(expires)} (within {renew_within.days} days)"
+    missing = _missing_sans(cert, dns_names, ip_addresses)
+    if missing:
+        return _LACKS_SANS + ", ".join(missing)
+    if ca_pem is not None and not issued_by(cert_pem, ca_pem):
+        return "serving certificate is not issued by the stored CA"
+    return None
+
+
+def ca_needs_rotation(ca_pem: bytes, ca_key_pem: bytes, now: datetime, *,
+                      renew_within: timedelta = RENEW_WITHIN) -> str | None:
+    """Why the stored CA cannot sign a fresh serving certificate, or None.
+
+    A serving certificate never outlives its CA, so a CA within
+    `renew_within` of expiry would make every reissue due again at once.
+    """
+    try:
+        ca = x509.load_pem_x509_certificate(ca_pem)
+        key = key_from_pem(ca_key_pem)
+    except ValueError:
+        return "CA certificate or key is unreadable"
+    if _public_der(ca.public_key()) != _public_der(key.public_key()):
+        return "CA key does not match the CA certificate"
+    if ca.not_valid_after_utc - now < renew_within:
+        return f"CA expires {format_time(ca.not_valid_after_utc)} (within {renew_within.days} days)"
+    return None
+
+
+def issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    """Whether the first certificate of `cert_pem` is signed by the first of `ca_pem`."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return False
+    return _public_der(cert.public_key()) == _public_der(key.public_key())
+
+
+def bundle_contains(bundle_pem: bytes, ca_pem: bytes) -> bool:
+    """Whether the first certificate of `ca_pem` is one of `bundle_pem`'s."""
+    wanted = load_bundle(ca_pem)
+    if not wanted:
+        return False
+    target = _der(wanted[0])
+    return any(_der(c) == target for c in load_bundle(bundle_pem))
+
+
+def load_bundle(pem: bytes) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return []
+
+
+def _missing_sans(cert: x509.Certificate, dns_names: Iterable[str],
+                  ip_addresses: Iterable[str]) -> list[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        have_dns: set[str] = set()
+        have_ips: set[Any] = set()
+    else:
+        have_dns = {d.lower() for d in san.get_values_for_type(x509.DNSName)}
+        have_ips = set(san.get_values_for_type(x509.IPAddress))
+    missing = [d for d in dns_names if d.lower() not in have_dns]
+    missing += [ip for ip in ip_addresses if ipaddress.ip_address(ip) not in have_ips]
+    return missing
+
+
+def _public_der(public_key: Any) -> bytes:
+    return public_key.public_bytes(serialization.Encoding.DER,
+                                   serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _der(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+
+# -- issuing -------------------------------------------------------------------------
+
+
+def issue_material(dns_names: list[str], ip_addresses: list[str], *,
+                   ca_days: int = CA_DAYS, serving_days: int = SERVING_DAYS) -> Material:
+    """A new CA and a serving certificate signed by it."""
+    ca, ca_key = new_ca(_ca_name(dns_names, ip_addresses), ca_days)
+    return serve_from(cert_to_pem(ca), ca, ca_key, dns_names, ip_addresses, serving_days)
+
+
+def serve_from(ca_bundle: bytes, ca: x509.Certificate, ca_key: IssuerKey,
+               dns_names: list[str], ip_addresses: list[str], serving_days: int) -> Material:
+    cert, key = new_serving_cert(ca, ca_key, dns_names, ip_addresses, serving_days)
+    return Material(ca_bundle, cert_to_pem(cert), key_to_pem(key), key_to_pem(ca_key))
+
+
+def _ca_name(dns: list[str], ips: list[str]) -> str:
+    return f"{(dns + ips)[0]} CA"
+
+
+def union_sans(cert_pem: bytes, dns: list[str], ips: list[str]) -> tuple[list[str], list[str]]:
+    """`dns`/`ips` plus whatever `cert_pem` already serves on."""
+    try:
+        san = x509.load_pem_x509_certificate(cert_pem).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return dns, ips
+    have_dns = list(san.get_values_for_type(x509.DNSName))
+    have_ips = [str(ip) for ip in san.get_values_for_type(x509.IPAddress)]
+    lower = {d.lower() for d in dns}
+    wanted_ips = {ipaddress.ip_address(ip) for ip in ips}
+    return (dns + [d for d in have_dns if d.lower() not in lower],
+            ips + [ip for ip in have_ips if ipaddress.ip_address(ip) not in wanted_ips])
+
+
+# -- the plan --------------------------------------------------------------------------
+
+
+def plan(stored: Mapping[str, bytes], dns: list[str], ips: list[str], now: datetime, *,
+         request: str | None = None, pending_trusted: bool = False,
+         settle: timedelta = timedelta(0), renew_within: timedelta = RENEW_WITHIN,
+         ca_days: int = CA_DAYS, serving_days: int = SERVING_DAYS) -> Plan:
+    """The next step for a Secret holding `stored` (decoded data).
+
+    `request` is the operator's ROTATE_ANNOTATION value, if any.
+    `pending_trusted` says that every webhook configuration's caBundle holds
+    the pending CA (`next-ca.crt`), as read back from the API at `now`;
+    without it a pending rotation waits. With a `settle` time the trust is
+    first recorded (stage "settle") and the switch waits that long after it.
+    """
+    ca_crt, ca_key = stored.get(CA_CERT), stored.get(CA_KEY)
+    tls_crt, tls_key = stored.get(TLS_CERT), stored.get(TLS_KEY)
+    current = (Material(ca_crt or b"", tls_crt, tls_key, ca_key)
+               if tls_crt and tls_key and pair_matches(tls_crt, tls_key) else None)
+
+    if ca_key is None:
+        if current is not None:
+            # Someone else's (cert-manager, a human): served as given, never rewritten.
+            due = needs_rotation(current.tls_cert, dns, now, ip_addresses=ips,
+                                 renew_within=renew_within)
+            return Plan(current, warning=due and f"serving as given, not rotating (no {CA_KEY} "
+                        f"in the Secret): {due}")
+        return Plan(None, issue_material(dns, ips, ca_days=ca_days, serving_days=serving_days),
+                    "Secret holds neither a serving pair nor a CA key")
+
+    next_crt, next_key = stored.get(NEXT_CA_CERT), stored.get(NEXT_CA_KEY)
+    next_broken = None
+    if next_crt or next_key:
+        next_broken = ca_needs_rotation(next_crt or b"", next_key or b"", now,
+                                        renew_within=renew_within)
+    if next_crt and next_key and next_broken is None:
+        stage = Stage.decode(stored.get(ROTATION))
+        if not pending_trusted or (settle > timedelta(0) and stage.since is None):
+            return _wait_for_trust(stored, stage, pending_trusted, now, next_crt, current)
+        if stage.since is not None and now - stage.since < settle:
+            return Plan(current, pending_ca=next_crt)
+        switched = _switch(ca_crt or b"", next_crt, next_key, dns, ips, now, serving_days)
+        return Plan(current, switched,
+                    "new CA is trusted by the webhook configurations: serving certificate "
+                    "reissued from it", clear_request=request is not None)
+
+    ca_reason = ca_needs_rotation(ca_crt or b"", ca_key, now, renew_within=renew_within)
+    if ca_reason is None and next_broken is not None:
+        ca_reason = f"staged {next_broken}"
+    if ca_reason is None and request == ROTATE_CA:
+        ca_reason = f"rotation requested ({ROTATE_ANNOTATION}={ROTATE_CA})"
+    if ca_reason is not None:
+        staged = _stage_new_ca(ca_crt or b"", ca_key, tls_crt, tls_key, dns, ips, now, ca_days,
+                               drop=next_crt if next_broken else None)
+        return Plan(current, staged, f"{ca_reason}: new CA added to the bundle; the serving "
+                    "certificate moves to it once the webhook configurations trust it",
+                    pending_ca=staged.next_ca_cert, clear_request=request is not None)
+
+    reason = (needs_rotation(tls_crt, dns, now, ip_addresses=ips, renew_within=renew_within,
+                             ca_pem=ca_crt) if tls_crt and tls_key else "serving pair missing")
+    if reason is None and current is None:
+        reason = "serving key does not match the serving certificate"
+    if reason is None and request == ROTATE_SERVING:
+        reason = f"rotation requested ({ROTATE_ANNOTATION}={ROTATE_SERVING})"
+    if reason is None:
+        if request is not None:
+            # An unknown value: dropped so that it does not linger; logged by the caller.
+            return Plan(current, current, f"ignored {ROTATE_ANNOTATION}={request!r} (want {ROTATE_CA!r} or "
+                        f"{ROTATE_SERVING!r})", clear_request=True)
+        return Plan(current)
+    assert ca_crt
+    if tls_crt and reason.startswith(_LACKS_SANS):
+        # Keep the names already served: during a rolling change of the SAN
+        # list, old and new replicas would otherwise take turns rotating.
+        dns, ips = union_sans(tls_crt, dns, ips)
+    ca = x509.load_pem_x509_certificates(ca_crt)[0]
+    return Plan(current, serve_from(ca_crt, ca, key_from_pem(ca_key), dns, ips, serving_days),
+                reason, clear_request=request is not None)
+
+
+def _wait_for_trust(stored: Mapping[str, bytes], stage: Stage, trusted: bool, now: datetime,
+                    next_crt: bytes, current: Material | None) -> Plan:
+    """Record trust gained (the settle time starts) or lost (it starts over); else wait."""
+    if trusted:
+        new, reason = Stage(STAGE_SETTLE, now), "both webhook configurations trust the new CA"
+    elif stage.since is not None:
+        new, reason = Stage(STAGE_TRUST), "a webhook configuration no longer trusts the new CA"
+    else:
+        return Plan(current, pending_ca=next_crt)
+    return Plan(current, replace(stored_material(stored), rotation=new.encode()),
+                f"{reason}: rotation stage {new.name}", pending_ca=next_crt)
+
+
+def stored_material(stored: Mapping[str, bytes]) -> Material:
+    """The Secret's material exactly as stored (for a write that changes only the stage)."""
+    return Material(stored.get(CA_CERT) or b"", stored.get(TLS_CERT) or b"",
+                    stored.get(TLS_KEY) or b"", stored.get(CA_KEY), stored.get(NEXT_CA_CERT),
+                    stored.get(NEXT_CA_KEY), stored.get(ROTATION))
+
+
+def _valid(bundle: bytes, now: datetime) -> list[x509.Certificate]:
+    return [c for c in load_bundle(bundle) if c.not_valid_after_utc > now]
+
+
+def _stage_new_ca(bundle: bytes, ca_key: bytes, tls_crt: bytes | None, tls_key: bytes | None,
+                  dns: list[str], ips: list[str], now: datetime, ca_days: int, *,
+                  drop: bytes | None = None) -> Material:
+    """Stage 1: the signing CA stays first (it signs what is served); the new one joins.
+
+    `drop` is an unusable staged CA being replaced: nothing was ever served from it.
+    """
+    ca, key = new_ca(_ca_name(dns, ips), ca_days)
+    dropped = {_der(c) for c in load_bundle(drop or b"")}
+    kept = b"".join(cert_to_pem(c) for c in _valid(bundle, now) if _der(c) not in dropped)
+    new_pem = cert_to_pem(ca)
+    return Material(kept + new_pem, tls_crt or b"", tls_key or b"", ca_key, new_pem,
+                    key_to_pem(key), Stage(STAGE_TRUST).encode())
+
+
+def _switch(bundle: bytes, next_crt: bytes, next_key: bytes, dns: list[str], ips: list[str],
+            now: datetime, serving_days: int) -> Material:
+    """Stage 2: serve from the new CA, which moves to the front; old CAs stay behind it."""
+    ca = x509.load_pem_x509_certificates(next_crt)[0]
+    new_der = _der(ca)
+    others = b"".join(cert_to_pem(c) for c in _valid(bundle, now) if _der(c) != new_der)
+    return serve_from(cert_to_pem(ca) + others, ca, key_from_pem(next_key), dns, ips,
+                      serving_days)

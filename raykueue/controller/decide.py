@@ -1,0 +1,339 @@
+"""What to do for one pod, given every fact about it: no I/O.
+
+`decide(pod, workloads, ctx)` looks at a pod (None once it is gone), every
+Workload that names it (or a pod of the same name) as owner, and the facts the
+`controller.reads.Reader` gathered (`Context`), and returns the actions
+(`controller.actions`) to apply, in order. Applying them and then deciding
+again on the new state yields nothing new: every rule is a test of the current
+state, never of a remembered event, which is what makes a restarted or newly
+elected controller safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from raykueue.controller import placement
+from raykueue.controller import pods as p
+from raykueue.controller import workload as w
+from raykueue.controller.actions import (
+    CONFLICT_FORGED_WORKLOAD,
+    CONFLICT_KUEUE_POD,
+    CONFLICT_KUEUE_WORKLOAD,
+    FINISHED_DUPLICATE,
+    FINISHED_EVICTED,
+    FINISHED_FAILED,
+    FINISHED_OWNER_NOT_FOUND,
+    FINISHED_POD_DELETED,
+    FINISHED_SUCCEEDED,
+    WARN_FINISHED_WHILE_GATED,
+    WARN_LABEL_REMOVED,
+    WARN_NO_QUEUE,
+    WARN_PRIORITY_CLASS,
+    WARN_UNGATED_NOT_ADMITTED,
+    Action,
+    CreateWorkload,
+    DeleteWorkload,
+    EvictPod,
+    FinishWorkload,
+    ReportConflict,
+    SetPodsReady,
+    Wait,
+    Warn,
+)
+from raykueue.core import contract as c
+from raykueue.core.objects import Obj, labels, metadata
+from raykueue.core.pods import kueue_claims, role_of
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Every fact about the pod besides itself and its Workloads, as the
+    `Reader` gathered them."""
+
+    version: str = w.V1BETA2
+    head_first: bool = True
+    pods_ready: bool = True
+    # Whether the pod's cluster has a head whose Workload is admitted (or that
+    # already runs); only consulted for workers.
+    head_admitted: bool = False
+    flavors: Mapping[str, Obj] = field(default_factory=dict)
+    priority_values: Mapping[str, int] = field(default_factory=dict)
+    # Only while the pod is missing from the cache: its last state, if the
+    # watch told us how it went ...
+    departed: Obj | None = None
+    # ... and, when that does not explain it (`needs_live_pod`), the uid of
+    # the pod of that name the API server still has (None: none).
+    live_pod_uid: str | None = None
+
+
+# --- the decision ---------------------------------------------------------------
+
+
+def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Action]:
+    pod_uid = p.uid(pod) if pod is not None else ""
+    ours: list[Obj] = []
+    foreign: list[Obj] = []
+    actions: list[Action] = []
+    for wl in workloads:
+        if pod_uid and w.pod_uid_of(wl) == pod_uid:
+            (ours if w.is_ours(wl) else foreign).append(wl)
+        elif w.is_ours(wl):
+            # Ours, but for a pod that no longer exists (a namesake may): the
+            # pod vanished while we were down, or before we finished it.
+            actions += _vanished(wl, ctx) if pod is None else _owner_gone(wl)
+    if pod is None:
+        return actions
+
+    claim = kueue_claims(pod)
+    if claim is not None:
+        return [*actions, ReportConflict(
+            CONFLICT_KUEUE_POD,
+            f"pod {p.name(pod)} {claim}: Kueue's pod integration manages it, so raykueue "
+            "leaves it alone; disable one of the two for this pod")]
+    if foreign:
+        names = ", ".join(sorted(p.name(x) for x in foreign))
+        return [*actions, ReportConflict(
+            CONFLICT_KUEUE_WORKLOAD,
+            f"pod {p.name(pod)} is owned by Workload {names} not created by raykueue "
+            f"(no {c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE} label); its quota would be "
+            "counted twice, so raykueue leaves the pod alone")]
+
+    current, duplicates = _pick(pod, ours)
+    for dup in duplicates:
+        actions += _finish(dup, FINISHED_DUPLICATE,
+                           f"a second Workload for pod {p.name(pod)}; {p.name(current)} is kept"
+                           if current is not None else "duplicate Workload")
+
+    if p.is_deleting(pod) or p.is_terminal(pod):
+        if current is not None:
+            actions += release(pod, current)
+        return actions
+
+    if current is None:
+        return actions + _without_workload(pod, ctx)
+    if w.is_deleting(current):
+        # Its name is the one a new Workload would take: wait until it is gone.
+        return [*actions, Wait(f"Workload {p.name(current)} is being deleted")]
+    return actions + _with_workload(pod, current, ctx)
+
+
+def _owner_gone(wl: Obj) -> list[Action]:
+    return _finish(wl, FINISHED_OWNER_NOT_FOUND,
+                   f"pod {_owner_name(wl)} ({w.pod_uid_of(wl)}) no longer exists")
+
+
+def _vanished(wl: Obj, ctx: Context) -> list[Action]:
+    """The finish of a Workload whose pod left the cache, with its real reason.
+
+    The pod's last state, when the watch delivered it, says whether it
+    succeeded, failed or was deleted. A pod that merely lost our label also
+    leaves the cache (without a deletionTimestamp): while the API server still
+    has it, finishing its Workload would release quota for a pod that runs.
+    """
+    finish = _owner_gone(wl)
+    if not finish:
+        return []
+    if ctx.departed is not None and departure_explains(ctx.departed, wl):
+        return release(ctx.departed, wl)
+    uid = w.pod_uid_of(wl)
+    if uid and ctx.live_pod_uid == uid:
+        return [Warn(WARN_LABEL_REMOVED,
+                     f"pod exists but is no longer labelled {c.MANAGED_BY_LABEL}="
+                     f"{c.MANAGED_BY_VALUE}; leaving its Workload {p.name(wl)} alone")]
+    return finish
+
+
+def departure_explains(departed: Obj, wl: Obj) -> bool:
+    """Whether the pod's last state says it went (deleted or ended), rather
+    than merely stopped matching our label selector."""
+    return (w.pod_uid_of(wl) == p.uid(departed)
+            and (p.is_deleting(departed) or p.is_terminal(departed)))
+
+
+def needs_live_pod(workloads: Iterable[Obj], departed: Obj | None) -> bool:
+    """Whether `decide`, for a pod missing from the cache, needs to know if
+    the API server still has it: some Workload of ours would be finished and
+    the pod's last state does not say why it went."""
+    return any(w.is_ours(wl) and _owner_gone(wl) and w.pod_uid_of(wl)
+               and not (departed is not None and departure_explains(departed, wl))
+               for wl in workloads)
+
+
+def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
+    if not p.is_gated(pod):
+        # Lifted already (its Workload since deleted by hand) or never ours to
+        # gate: a Workload now would queue a pod that is already running.
+        return []
+    if labels(pod).get(c.GANG_LABEL):
+        # Its cluster's pass decides: a slot in the base, or a Workload of its own.
+        return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
+    role = role_of(pod) or c.ROLE_WORKER
+    if role == c.ROLE_WORKER and ctx.head_first and not ctx.head_admitted:
+        return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet")]
+    if not labels(pod).get(c.QUEUE_LABEL):
+        return [Warn(WARN_NO_QUEUE,
+                     f"pod {p.name(pod)} has no {c.QUEUE_LABEL} label, so Kueue would never "
+                     "admit its Workload; recreate it through the raykueue webhook"),
+                Wait("no queue")]
+    priority: w.Priority | None = None
+    class_name = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+    if class_name:
+        value = ctx.priority_values.get(class_name)
+        if value is None:
+            return [Warn(WARN_PRIORITY_CLASS,
+                         f"WorkloadPriorityClass {class_name!r} (label {c.PRIORITY_CLASS_LABEL} "
+                         f"of pod {p.name(pod)}) does not exist; create it and the pod will queue"),
+                    Wait(f"WorkloadPriorityClass {class_name} missing")]
+        priority = w.Priority(class_name, value)
+    return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
+
+
+def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
+    name = p.name(wl)
+    if p.is_gated(pod):
+        # Its status may open the gate: it must be the Workload we would make.
+        why = w.mismatch(wl, pod)
+        if why is not None:
+            return [ReportConflict(
+                CONFLICT_FORGED_WORKLOAD,
+                f"Workload {name} claims pod {p.name(pod)} but is not the one raykueue makes "
+                f"for it ({why}); the gate stays until that Workload is deleted",
+                workload=name)]
+    if w.is_finished(wl):
+        if p.is_gated(pod):
+            return [Warn(WARN_FINISHED_WHILE_GATED,
+                         f"Workload {name} of pod {p.name(pod)} is Finished but the pod is still "
+                         "gated; delete the pod and let KubeRay recreate it")]
+        return []
+
+    if w.is_evicted(wl):
+        cond = w.condition(wl, w.EVICTED) or {}
+        reason = str(cond.get("reason") or "Evicted")
+        message = str(cond.get("message") or "evicted by Kueue")
+        head = role_of(pod) == c.ROLE_HEAD
+        return [
+            EvictPod(name, reason, message, head),
+            *_finish(wl, FINISHED_EVICTED, f"pod {p.name(pod)} deleted after eviction: "
+                                           f"{reason}: {message}"),
+        ]
+
+    if not w.is_admitted(wl):
+        if not p.is_gated(pod):
+            return [Warn(WARN_UNGATED_NOT_ADMITTED,
+                         f"pod {p.name(pod)} is not gated but its Workload {name} is not admitted; "
+                         "it runs outside Kueue's quota")]
+        return [Wait(_pending_reason(wl))]
+
+    if p.is_gated(pod):
+        return placement.lift(pod, wl, ctx.flavors)
+    return _readiness(pod, wl) if ctx.pods_ready else []
+
+
+def _readiness(pod: Obj, wl: Obj) -> list[Action]:
+    """PodsReady as Kueue's job framework writes it (generatePodsReadyCondition).
+
+    An absent condition is not written as False: Kueue's WaitForPodsReady
+    treats absent like False/WaitForStart, and skipping it saves a write per pod.
+    """
+    current = w.condition(wl, w.PODS_READY)
+    ready_now = p.is_ready(pod)
+    if ready_now:
+        if current is not None and current.get("status") == "True":
+            return []
+        recovering = current is not None and current.get("reason") in (
+            w.READY_WAIT_FOR_RECOVERY, w.READY_RECOVERED)
+        reason = w.READY_RECOVERED if recovering else w.READY_STARTED
+        return [SetPodsReady(p.name(wl), True, reason, w.READY_MESSAGE)]
+    if current is not None and current.get("status") == "True":
+        return [SetPodsReady(p.name(wl), False, w.READY_WAIT_FOR_RECOVERY, w.RECOVERY_MESSAGE)]
+    return []
+
+
+# --- head first ---------------------------------------------------------------------
+
+
+def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
+    """Whether a cluster's head can run: given each head pod with its Workload.
+
+    A head counts when its Workload is admitted (and not evicted or finished),
+    or when it is already past the gate (running) and not being deleted.
+    """
+    for pod, wl in heads:
+        if p.is_deleting(pod) or p.is_terminal(pod):
+            continue
+        if wl is not None and w.pod_uid_of(wl) == p.uid(pod):
+            if (w.is_admitted(wl) and not w.is_evicted(wl) and not w.is_finished(wl)
+                    and w.mismatch(wl, pod) is None):
+                return True
+            continue
+        if not p.is_gated(pod):
+            return True
+    return False
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
+    if w.is_finished(wl) or w.is_deleting(wl):
+        return []
+    return [FinishWorkload(p.name(wl), reason, message)]
+
+
+def release(pod: Obj, wl: Obj) -> list[Action]:
+    """Free the quota of a pod that is going or done.
+
+    A pod being deleted takes its Workload with it (DeleteWorkload). A pod
+    that ended but stays (Succeeded or Failed, not deleted) gets its Workload
+    Finished, which keeps the outcome readable until the pod goes; an already
+    Finished Workload is left to the garbage collector.
+    """
+    if w.is_finished(wl) or w.is_deleting(wl):
+        return []
+    reason, message = end_of_pod(pod)
+    if p.is_deleting(pod):
+        return [DeleteWorkload(p.name(wl), str(metadata(wl).get("uid") or ""), reason, message)]
+    return [FinishWorkload(p.name(wl), reason, message)]
+
+
+def end_of_pod(pod: Obj) -> tuple[str, str]:
+    phase = p.phase(pod)
+    detail = p.status_message(pod)
+    if phase == "Succeeded":
+        return FINISHED_SUCCEEDED, detail or f"pod {p.name(pod)} succeeded"
+    if phase == "Failed":
+        return FINISHED_FAILED, detail or f"pod {p.name(pod)} failed"
+    return FINISHED_POD_DELETED, f"pod {p.name(pod)} is being deleted; quota released"
+
+
+def _pick(pod: Obj, ours: list[Obj]) -> tuple[Obj | None, list[Obj]]:
+    """The pod's Workload and any extras.
+
+    Only the deterministic name can be the pod's Workload: we never create
+    another, so any other that names the pod is a stray (or a forgery, see
+    `workload.mismatch`) and is finished rather than trusted.
+    """
+    expected = w.workload_name(pod)
+    named = [x for x in ours if p.name(x) == expected]
+    current = next((x for x in named if not w.is_deleting(x)), named[0] if named else None)
+    extras = [x for x in ours if p.name(x) != expected and not w.is_deleting(x)]
+    extras.sort(key=lambda x: (str(metadata(x).get("creationTimestamp")), p.name(x)))
+    return current, extras
+
+
+def _pending_reason(wl: Obj) -> str:
+    for type_ in (w.QUOTA_RESERVED, w.ADMITTED):
+        cond = w.condition(wl, type_)
+        if cond is not None and cond.get("status") != "True" and cond.get("message"):
+            return str(cond["message"])
+    if w.is_quota_reserved(wl):
+        return "quota reserved, admission checks pending"
+    return "waiting for Kueue to admit the Workload"
+
+
+
+def _owner_name(wl: Obj) -> str:
+    owner = w.owner_pod(wl)
+    return owner[0] if owner else "?"

@@ -1,0 +1,262 @@
+"""One handler per action type: the API writes, their metrics and logs.
+
+A handler gets the `Env` (clients and state), its action, and the `Pass`
+(the pod key, the pod, its Workloads by name). It raises `Retry` when a later
+pass on fresher state may succeed; answers that mean "already done" (404 on a
+delete, 409 on a create) are success. Every write is remembered in the state's
+overlay, so a pass before the watch catches up does not repeat it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raykueue.controller import actions as a
+from raykueue.controller import metrics as m
+from raykueue.controller import patches
+from raykueue.controller import pods as p
+from raykueue.controller import workload as w
+from raykueue.controller import workload_status as ws
+from raykueue.controller.caches import slim_pod, slim_workload, workload_resource
+from raykueue.controller.config import ControllerConfig
+from raykueue.controller.retry import Retry
+from raykueue.controller.state import Key, State
+from raykueue.core.clock import now_time, timestamp
+from raykueue.core.objects import Obj, metadata
+from raykueue.core.pods import role_of
+from raykueue.kube import resources as r
+from raykueue.kube.events import WARNING
+from raykueue.kube.rest import ApiError, Rest
+
+log = logging.getLogger("raykueue.controller")
+
+
+class Recorder(Protocol):
+    def record(self, obj: Mapping[str, Any], type: str, reason: str, message: str,
+               action: str | None = None) -> None: ...
+
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """What every handler writes through."""
+
+    rest: Rest
+    config: ControllerConfig
+    version: str
+    state: State
+    recorder: Recorder | None
+    clock: Callable[[], float]
+
+    def write(self, verb: str, resource: str, call: Callable[[], Any]) -> Any:
+        m.API_WRITES.labels(verb=verb, resource=resource).inc()
+        return call()
+
+    def event(self, pod: Obj, type_: str, reason: str, message: str,
+              regarding: Obj | None = None) -> None:
+        if self.recorder is None:
+            return
+        m.API_WRITES.labels(verb="create", resource="events").inc()
+        self.recorder.record(regarding if regarding is not None else pod, type_, reason, message)
+
+    def event_once(self, pod: Obj, type_: str, reason: str, message: str,
+                   regarding: Obj | None = None) -> None:
+        """Events for standing problems are sent once per pod, not per pass."""
+        target = "workload" if regarding is not None else "pod"
+        if self.state.first_report(p.uid(pod), (target + reason, message)):
+            self.event(pod, type_, reason, message, regarding)
+
+
+@dataclass(slots=True)
+class Pass:
+    """One reconcile of one pod key, as its handlers see it. `workloads` is
+    updated by each write, so a later action of the pass sees what an earlier
+    one applied (a finish after PodsReady carries the PodsReady)."""
+
+    key: Key
+    pod: Obj | None
+    workloads: dict[str, Obj]
+
+    def the_pod(self) -> Obj:
+        assert self.pod is not None, "decide only acts on a pod that is there"
+        return self.pod
+
+
+def create_workload(env: Env, action: a.CreateWorkload, at: Pass) -> None:
+    body = action.body
+    ns = str(body["metadata"]["namespace"])
+    name = str(body["metadata"]["name"])
+    path = workload_resource(env.version).path(ns)
+    try:
+        created = env.write("create", "workloads", lambda: env.rest.create(path, body))
+    except ApiError as exc:
+        if exc.is_already_exists:
+            # Our cache lagged (or a previous leader's create landed):
+            # the watch brings it, and the next pass adopts it.
+            log.info("%s/%s: Workload %s already exists; adopting it", ns, at.key[1], name)
+            return
+        raise Retry(f"creating Workload {name}: {exc}") from exc
+    m.WORKLOADS_CREATED.labels(role=action.role).inc()
+    log.info("%s/%s: created Workload %s", ns, at.key[1], name)
+    if isinstance(created, dict):
+        env.state.remember("workload", (ns, name), None, slim_workload(created))
+        env.state.add_owned(at.key, name)
+
+
+def lift_gate(env: Env, action: a.LiftGate, at: Pass) -> None:
+    pod = at.the_pod()
+    ops = patches.lift_gate_ops(pod, action.node_selector, action.tolerations)
+    path = r.PODS.path(at.key[0], at.key[1])
+    try:
+        patched = env.write("patch", "pods", lambda: env.rest.json_patch(path, ops))
+    except ApiError as exc:
+        if exc.is_not_found:
+            return
+        # 422 from a failed test op or 409: the pod changed since our read.
+        raise Retry(f"lifting the gate: {exc}") from exc
+    _observe_lift(env, pod, at.workloads.get(action.workload))
+    log.info("%s/%s: gate lifted (flavors %s)", at.key[0], at.key[1],
+             ", ".join(action.flavors) or "none")
+    if isinstance(patched, dict):
+        env.state.remember("pod", at.key, pod, slim_pod(patched))
+
+
+def _observe_lift(env: Env, pod: Obj, wl: Obj | None) -> None:
+    now = env.clock()
+    role = role_of(pod) or "unknown"
+    created = timestamp(metadata(pod).get("creationTimestamp"))
+    if created is not None:
+        m.GATE_AGE.labels(role=role).observe(max(now - created, 0.0))
+    if wl is None:
+        return
+    seen = env.state.admitted_at(str(metadata(wl).get("uid") or ""))
+    if seen is None:
+        seen = timestamp((w.condition(wl, w.ADMITTED) or {}).get("lastTransitionTime"))
+    if seen is not None:
+        m.ADMITTED_TO_LIFTED.observe(max(now - seen, 0.0))
+
+
+def _set_condition(env: Env, at: Pass, name: str, update: ws.ConditionUpdate | None,
+                   reclaim: Mapping[str, int] | None = None) -> bool:
+    wl = at.workloads.get(name)
+    if wl is None:
+        return False
+    ns = str(metadata(wl).get("namespace") or at.key[0])
+    body = ws.status_apply_body(wl, [update] if update else [], now_time(), reclaim)
+    path = workload_resource(env.version).path(ns, name, "status")
+    try:
+        applied = env.write("apply", "workloads/status", lambda: env.rest.apply(
+            path, body, env.config.field_manager, force=True))
+    except ApiError as exc:
+        if exc.is_not_found:
+            return False  # already garbage-collected: its quota is free
+        what = update.type if update else "reclaimablePods"
+        raise Retry(f"setting {what} on Workload {name}: {exc}") from exc
+    if isinstance(applied, dict):
+        slim = slim_workload(applied)
+        env.state.remember("workload", (ns, name), wl, slim)
+        at.workloads[name] = slim
+    return True
+
+
+def set_pods_ready(env: Env, action: a.SetPodsReady, at: Pass) -> None:
+    _set_condition(env, at, action.workload, ws.ConditionUpdate(
+        w.PODS_READY, action.ready, action.reason, action.message))
+
+
+def set_reclaimable(env: Env, action: a.SetReclaimable, at: Pass) -> None:
+    if _set_condition(env, at, action.workload, None, action.counts):
+        log.info("%s: gang base %s hands back %s", at.key[0], action.workload,
+                 ", ".join(f"{n} of {k}" for k, n in sorted(action.counts.items())))
+
+
+def finish_workload(env: Env, action: a.FinishWorkload, at: Pass) -> None:
+    if _set_condition(env, at, action.workload, ws.ConditionUpdate(
+            w.FINISHED, True, action.reason, action.message)):
+        m.WORKLOADS_FINISHED.labels(reason=action.reason).inc()
+        log.info("%s/%s: Workload %s finished (%s)", at.key[0], at.key[1], action.workload,
+                 action.reason)
+
+
+def delete_workload(env: Env, action: a.DeleteWorkload, at: Pass) -> None:
+    wl = at.workloads.get(action.workload)
+    ns = str(metadata(wl).get("namespace") or at.key[0]) if wl is not None else at.key[0]
+    path = workload_resource(env.version).path(ns, action.workload)
+    options = {"apiVersion": "v1", "kind": "DeleteOptions",
+               "preconditions": {"uid": action.uid}} if action.uid else None
+    deleted = True
+    try:
+        env.write("delete", "workloads", lambda: env.rest.delete(path, options))
+    except ApiError as exc:
+        # 404: gone already; 409: a namesake stands there now, not this pod's.
+        if exc.status == 409:
+            return
+        if not exc.is_not_found:
+            raise Retry(f"deleting Workload {action.workload}: {exc}") from exc
+        deleted = False
+    if wl is not None:
+        # Until the watch says so, our cache still holds it: the pod's
+        # final DELETED event (kwok, or the kubelet after the grace
+        # period) would otherwise make the next pass delete it again.
+        gone = copy.copy(wl)  # shallow, keeping a SlimWorkload's fingerprint
+        gone["metadata"] = {**metadata(wl), "deletionTimestamp": now_time()}
+        env.state.remember("workload", (ns, action.workload), wl, gone)
+        at.workloads[action.workload] = gone
+    if deleted:
+        m.WORKLOADS_DELETED.labels(reason=action.reason).inc()
+        log.info("%s/%s: deleted Workload %s (%s)", at.key[0], at.key[1], action.workload,
+                 action.reason)
+
+
+def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
+    pod = at.the_pod()
+    ns, name = at.key
+    role = role_of(pod) or "unknown"
+    if action.head:
+        log.warning("%s/%s: Ray cluster %s taken down: its head was evicted by Kueue "
+                    "(%s: %s)", ns, name, p.cluster(pod) or "?", action.reason, action.message)
+    else:
+        log.info("%s/%s: evicted by Kueue (%s: %s); deleting the pod", ns, name,
+                 action.reason, action.message)
+    body = patches.evicted_condition_body(pod, action.reason, action.message, now_time())
+    try:
+        env.write("apply", "pods/status", lambda: env.rest.apply(
+            r.PODS.path(ns, name, "status"), body, env.config.field_manager, force=True))
+    except ApiError as exc:
+        if not exc.is_not_found:
+            raise Retry(f"writing the eviction condition: {exc}") from exc
+    message = f"Kueue evicted Workload {action.workload}: {action.reason}: {action.message}"
+    if action.head:
+        message += "; the Ray cluster's head is going, KubeRay will recreate it gated"
+    env.event(pod, WARNING, "Evicted", message)
+    try:
+        env.write("delete", "pods", lambda: env.rest.delete(
+            r.PODS.path(ns, name), patches.delete_options(pod)))
+    except ApiError as exc:
+        # 404: gone already; 409: the uid precondition failed, a namesake
+        # stands there now and is not ours to delete.
+        if not (exc.is_not_found or exc.status == 409):
+            raise Retry(f"deleting the evicted pod: {exc}") from exc
+    m.PODS_EVICTED.labels(role=role, reason=action.reason).inc()
+
+
+def report_conflict(env: Env, action: a.ReportConflict, at: Pass) -> None:
+    pod = at.the_pod()
+    env.event_once(pod, WARNING, action.kind, action.message)
+    wl = at.workloads.get(action.workload) if action.workload else None
+    if wl is not None:
+        env.event_once(pod, WARNING, action.kind, action.message, regarding=wl)
+
+
+def warn(env: Env, action: a.Warn, at: Pass) -> None:
+    log.warning("%s/%s: %s", at.key[0], at.key[1], action.message)
+    if at.pod is not None:
+        env.event_once(at.pod, WARNING, action.reason, action.message)
+
+
+def wait(env: Env, action: a.Wait, at: Pass) -> None:
+    log.debug("%s/%s: waiting: %s", at.key[0], at.key[1], action.reason)

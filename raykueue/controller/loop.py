@@ -1,0 +1,302 @@
+"""The controller loop: caches in, `Reader` -> `decide` -> `apply` per pod key, writes out.
+
+Everything it knows lives in the API server: the caches are rebuilt by a
+list on start, Workload names are deterministic, and every rule in `decide`
+tests current state. So a restarted (or newly elected) controller adopts what
+its predecessor left, finishes Workloads whose pods vanished meanwhile, and
+never creates a second Workload for a pod.
+
+API writes per pod, for a pod that is admitted, runs and is scaled down:
+
+1. POST the Workload: Kueue needs an object to queue; none exists before.
+2. PATCH the pod: removes the gate and adds the flavor's nodeSelector and
+   tolerations in one JSON patch (the API server only lets a gated pod's
+   placement grow, so they cannot come later; doing both in one write also
+   means the scheduler never sees a half-placed pod).
+3. Apply Workload status PodsReady=True once the pod is Ready: Kueue's
+   WaitForPodsReady evicts an admitted Workload that never gets it. The
+   PodsReady=False of Kueue's integrations before readiness is not written:
+   Kueue treats an absent condition the same way (admittedNotReadyWorkload).
+4. DELETE the Workload once the pod is being deleted, so the quota is free
+   at once (Kueue drops it on the delete event) instead of when the garbage
+   collector gets to it after the pod's grace period. Marking it Finished
+   instead would be one write more: ours, then the collector's delete. A pod
+   that ends but stays (Succeeded, Failed) gets Finished=True, which keeps
+   its outcome readable until the pod goes.
+
+So 4 writes, and nothing left for the garbage collector. An eviction takes
+4 in place of step 4 (pod condition, Event, pod delete, Finished=Evicted);
+the collector then deletes the Workload. A Warning Event is written only
+when something needs a human: a conflict, a missing WorkloadPriorityClass,
+an eviction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from raykueue.controller import actions as a
+from raykueue.controller import decide as d
+from raykueue.controller import gang_decide as gd
+from raykueue.controller import metrics as m
+from raykueue.controller import pods as p
+from raykueue.controller import workload as w
+from raykueue.controller.apply import apply
+from raykueue.controller.caches import Cache, CacheFactory, Caches, discover_version
+from raykueue.controller.config import ControllerConfig
+from raykueue.controller.handlers import Env, Pass, Recorder
+from raykueue.controller.reads import Reader
+from raykueue.controller.retry import Retry
+from raykueue.controller.state import Key, State, owner_key
+from raykueue.controller.stuck import StuckGates
+from raykueue.controller.workqueue import WorkQueue
+from raykueue.core import contract as c
+from raykueue.core.objects import Obj, labels, metadata
+from raykueue.core.pods import role_of
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.rest import ApiError, Rest
+
+log = logging.getLogger("raykueue.controller")
+
+
+class Controller:
+    """Caches in, `Reader` -> `decide` -> `apply` per pod key, writes out."""
+
+    def __init__(self, rest: Rest, config: ControllerConfig | None = None,
+                 recorder: Recorder | None = None, *,
+                 cache_factory: CacheFactory = WatchCache,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.rest = rest
+        self.config = config or ControllerConfig()
+        self.recorder = recorder
+        self._cache_factory = cache_factory
+        self._clock = clock
+        self.version = self.config.workload_version or w.V1BETA2
+        self.queue: WorkQueue[Key] = WorkQueue(base_delay=self.config.retry_base_seconds,
+                                               max_delay=self.config.retry_max_seconds)
+        self.state = State()
+        self.caches: Caches | None = None
+        self._reader: Reader | None = None
+        self._env: Env | None = None
+        self._synced = threading.Event()
+
+    # --- public -------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def conflicts(self) -> dict[str, str]:
+        """Pods left alone because something else claims them: "ns/name" -> why."""
+        return self.state.conflicts()
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile until `stop` is set (leadership lost or shutdown)."""
+        version = self.config.workload_version
+        while version is None and not stop.is_set():
+            try:
+                version = discover_version(self.rest)
+                if version is None:
+                    log.warning("kueue.x-k8s.io Workloads are not served; is Kueue installed? "
+                                "retrying in 10s")
+            except ApiError as exc:
+                log.warning("discovering Kueue's API: %s; retrying in 10s", exc)
+            if version is None:
+                stop.wait(10)
+        if version is None:
+            return
+        workers: list[threading.Thread] = []
+        try:
+            if not self.start(version, stop):
+                return
+            assert self.caches is not None
+            workers.append(StuckGates(
+                self.caches.pods.list, self.caches.workloads.list, head_first=self.config.head_first,
+                grace_seconds=self.config.stuck_grace_seconds, context=self._reader.context_for,
+                record=self._env.event_once, requeue=lambda pod: self.queue.add(p.key(pod)),
+                clock=self._clock).start(stop, self.config.stuck_interval_seconds))
+            for i in range(self.config.workers):
+                thread = threading.Thread(target=self._work, args=(stop,),
+                                          name=f"reconcile-{i}", daemon=True)
+                thread.start()
+                workers.append(thread)
+            while not stop.wait(self.config.resync_seconds):
+                self._enqueue_all()
+        finally:
+            self._synced.clear()
+            self.queue.shutdown()
+            for thread in workers:
+                thread.join(timeout=10)
+            self.stop_caches()
+            self._uninstall_gauges()
+            log.info("controller stopped")
+
+    def start(self, version: str, stop: threading.Event) -> bool:
+        """Start the caches and wait for them; False if `stop` came first.
+
+        `run` calls this, then starts the workers; tests call it and then
+        `process` keys themselves.
+        """
+        self.version = version
+        log.info("controller starting: Workloads at %s, head_first=%s, %d workers",
+                 w.api_version(version), self.config.head_first, self.config.workers)
+        caches = Caches.open(self.rest, self.config, version, self._cache_factory)
+        caches.pods.add_handler(self._on_pod)
+        caches.workloads.add_handler(self._on_workload)
+        caches.flavors.add_handler(self._on_placement_input)
+        caches.priority_classes.add_handler(self._on_placement_input)
+        self.caches = caches
+        self._reader = Reader(self.rest, caches, self.state, self.config, version)
+        self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock)
+        caches.start()
+        if not caches.wait_synced(stop, self.config.cache_sync_timeout_seconds):
+            return False
+        self._synced.set()
+        self._install_gauges()
+        self._enqueue_all()
+        return True
+
+    def stop_caches(self) -> None:
+        if self.caches is not None:
+            self.caches.stop()
+
+    # --- events: the state learns, the queue gets keys ------------------------------------
+
+    def _on_pod(self, event: str, pod: Obj) -> None:
+        self.state.pod_event(event, pod)
+        key = p.key(pod)
+        self.queue.add(key)
+        self._enqueue_gang(pod)
+        cluster = p.cluster(pod)
+        if cluster and role_of(pod) == c.ROLE_HEAD:
+            self._enqueue_waiting_workers(key[0], cluster)
+
+    def _on_workload(self, event: str, wl: Obj) -> None:
+        key = owner_key(wl)
+        if key is None:
+            return
+        # Only admissions seen live are timed by us (see `State.workload_event`).
+        self.state.workload_event(event, wl, key, self._clock() if self.synced else None)
+        self.queue.add(key)
+        cluster = labels(wl).get(c.CLUSTER_LABEL)
+        owner = self.caches.pods.get(*key) if self.caches is not None else None
+        if owner is not None:
+            self._enqueue_gang(owner)  # an extra's Workload came or went
+        if cluster and labels(wl).get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD:
+            self._enqueue_waiting_workers(key[0], cluster)
+
+    def _on_placement_input(self, event: str, obj: Obj) -> None:
+        # A new ResourceFlavor or WorkloadPriorityClass may unblock gated pods.
+        if not self.synced or self.caches is None:
+            return
+        for pod in self.caches.pods.list():
+            if p.is_gated(pod):
+                self.queue.add(p.key(pod))
+
+    def _enqueue_gang(self, pod: Obj) -> None:
+        gang = labels(pod).get(c.GANG_LABEL)
+        if gang:
+            self.queue.add((p.key(pod)[0], gd.key_name(gang)))
+
+    def _enqueue_waiting_workers(self, ns: str, cluster: str) -> None:
+        for name in self.state.waiting_members(ns, cluster):
+            self.queue.add((ns, name))
+
+    def _enqueue_all(self) -> None:
+        assert self.caches is not None
+        for pod in self.caches.pods.list():
+            self.queue.add(p.key(pod))
+            self._enqueue_gang(pod)
+        for wl in self.caches.workloads.list():
+            key = owner_key(wl)
+            if key is not None and w.is_ours(wl):
+                self.queue.add(key)
+
+    # --- workers ------------------------------------------------------------------------
+
+    def _work(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            key = self.queue.get(timeout=0.5)
+            if key is not None:
+                self.process(key)
+
+    def process(self, key: Key) -> bool:
+        """Reconcile a key taken from the queue; False if it was requeued."""
+        try:
+            self.reconcile(key)
+        except Retry as exc:
+            delay = self.queue.retry(key)
+            log.info("%s/%s: %s; retrying in %.2fs", key[0], key[1], exc, delay)
+            return False
+        except Exception:
+            m.RECONCILE_ERRORS.inc()
+            delay = self.queue.retry(key)
+            log.exception("%s/%s: reconcile failed; retrying in %.2fs", key[0], key[1], delay)
+            return False
+        else:
+            self.queue.forget(key)
+            return True
+        finally:
+            self.queue.done(key)
+
+    def reconcile(self, key: Key) -> list[a.Action]:
+        """One pass for one pod key: read, decide, apply; returns the actions."""
+        assert self._reader is not None and self._env is not None, "start() first"
+        cluster = gd.cluster_of_key(key[1])
+        if cluster is not None:
+            return self.reconcile_gang(key[0], cluster)
+        facts = self._reader.read(key)
+        actions = d.decide(facts.pod, facts.workloads, facts.ctx)
+        self._track_conflicts(key, actions)
+        at = Pass(key, facts.pod, {str(metadata(x).get("name")): x for x in facts.workloads})
+        for action in actions:
+            apply(self._env, action, at)
+        if facts.pod is None:
+            self.state.forget_pod(key, facts.ctx.departed)
+        return actions
+
+    def reconcile_gang(self, ns: str, cluster: str) -> list[a.Action]:
+        """One pass for one gang cluster: each step applies as its pod's (or the base's) pass."""
+        assert self._reader is not None and self._env is not None, "start() first"
+        facts = self._reader.gang(ns, cluster)
+        steps, _ = gd.decide_gang(facts.pods, facts.own, facts.base, facts.ctx)
+        by_name = {p.name(x): x for x in facts.pods}
+        workloads = {p.name(x): x for x in [*facts.own.values(), facts.base] if x is not None}
+        key = (ns, gd.key_name(cluster))
+        for pod_name, action in steps:
+            at = (Pass((ns, pod_name), by_name.get(pod_name), workloads) if pod_name
+                  else Pass(key, None, workloads))
+            apply(self._env, action, at)
+        return [x for _, x in steps]
+
+    def _track_conflicts(self, key: Key, actions: Iterable[a.Action]) -> None:
+        conflict = next((x for x in actions if isinstance(x, a.ReportConflict)), None)
+        name = f"{key[0]}/{key[1]}"
+        if conflict is None:
+            self.state.clear_conflict(name)
+            return
+        previous = self.state.set_conflict(name, conflict.kind, conflict.message)
+        if previous is None or previous[0] != conflict.kind:
+            m.CONFLICTS.labels(kind=conflict.kind).inc()
+            log.warning("%s: %s", name, conflict.message)
+
+    # --- gauges ---------------------------------------------------------------------------
+
+    def _install_gauges(self) -> None:
+        for role in c.MANAGED_ROLES:
+            m.GATED_PODS.labels(role=role).set_function(self._gated_counter(role))
+
+    def _uninstall_gauges(self) -> None:
+        for role in c.MANAGED_ROLES:
+            m.GATED_PODS.labels(role=role).set_function(lambda: 0.0)
+
+    def _gated_counter(self, role: str) -> Callable[[], float]:
+        def count() -> float:
+            pods: Cache | None = self.caches.pods if self.caches is not None else None
+            if pods is None:
+                return 0.0
+            return float(sum(1 for pod in pods.list() if role_of(pod) == role and p.is_gated(pod)))
+        return count

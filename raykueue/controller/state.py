@@ -1,0 +1,204 @@
+"""What the controller keeps between passes, behind one lock.
+
+- Indexes over the caches: a pod's Workloads by owner, a Ray cluster's pods
+  and heads. Fed by the watch events; a restart rebuilds them from the lists.
+- Departed pods: the last state of pods gone from the cache, until the pass
+  over their key has used it (it tells a deleted pod from a relabelled one).
+- The read-your-writes overlay: what our own writes returned, read in place
+  of the cache until the watch delivers them, so a pass triggered meanwhile
+  does not repeat a write.
+- What was already said: Events sent per pod, conflicts per pod, when an
+  admission was seen live.
+
+Nothing here is needed for correctness after a restart: the API server holds
+every fact; this only saves reads and repeated writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Literal
+
+from raykueue.controller import gang as g
+from raykueue.controller import pods as p
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.core.objects import Obj, labels, metadata
+from raykueue.core.pods import role_of
+from raykueue.kube.cache import DELETED
+
+Key = tuple[str, str]  # (namespace, pod name)
+Kind = Literal["pod", "workload"]
+# The pod name under which Workloads of ours that lost their owner reference
+# (a pod deleted with propagationPolicy=Orphan) are reconciled: nothing else
+# would ever finish them, and they would hold quota for good.
+ORPHANS = ""
+
+
+def owner_key(wl: Obj) -> Key | None:
+    """The key whose pass handles this Workload; None if it is not ours to handle."""
+    owner = w.owner_pod(wl)
+    gang = labels(wl).get(c.GANG_LABEL)
+    if owner is None and gang and w.is_ours(wl):
+        # A gang's base: owned by the RayCluster, handled by the cluster's pass.
+        return str(metadata(wl).get("namespace") or ""), g.KEY_PREFIX + gang
+    if owner is None and not w.is_ours(wl):
+        return None
+    return str(metadata(wl).get("namespace") or ""), owner[0] if owner is not None else ORPHANS
+
+
+def _index(index: dict[Key, set[str]], key: Key, name: str, present: bool) -> None:
+    if present:
+        index.setdefault(key, set()).add(name)
+        return
+    names = index.get(key)
+    if names is not None:
+        names.discard(name)
+        if not names:
+            del index[key]
+
+
+class State:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wl_by_owner: dict[Key, set[str]] = {}
+        self._cluster_pods: dict[Key, set[str]] = {}  # (ns, cluster) -> pod names
+        self._cluster_heads: dict[Key, set[str]] = {}  # (ns, cluster) -> head pod names
+        self._admitted_seen: dict[str, float] = {}  # Workload uid -> when we saw Admitted
+        self._departed: dict[Key, Obj] = {}
+        # (kind, ns, name) -> (resourceVersion our write replaced, what it returned)
+        self._written: dict[tuple[Kind, str, str], tuple[str | None, Obj]] = {}
+        self._reported: dict[str, set[tuple[str, str]]] = {}  # pod uid -> events sent
+        self._conflicts: dict[str, tuple[str, str]] = {}  # "ns/pod" -> (kind, message)
+
+    # --- fed by the watches -------------------------------------------------------
+
+    def pod_event(self, event: str, pod: Obj) -> None:
+        key = p.key(pod)
+        cluster = p.cluster(pod)
+        present = event != DELETED
+        with self._lock:
+            self._drop_written("pod", key, pod)
+            if cluster:
+                _index(self._cluster_pods, (key[0], cluster), key[1], present)
+                _index(self._cluster_heads, (key[0], cluster), key[1],
+                       present and role_of(pod) == c.ROLE_HEAD)
+            if present:
+                self._departed.pop(key, None)
+            else:
+                self._departed[key] = pod
+
+    def workload_event(self, event: str, wl: Obj, key: Key, now: float | None) -> None:
+        """`now` is None for the initial list: for Workloads admitted before we
+        looked, the condition's own time is the better (if coarser) answer."""
+        meta = metadata(wl)
+        name = str(meta.get("name") or "")
+        uid = str(meta.get("uid") or "")
+        with self._lock:
+            self._drop_written("workload", (key[0], name), wl)
+            _index(self._wl_by_owner, key, name, event != DELETED)
+            if event == DELETED:
+                self._admitted_seen.pop(uid, None)
+            elif now is not None and w.is_admitted(wl) and uid not in self._admitted_seen:
+                self._admitted_seen[uid] = now
+
+    def add_owned(self, key: Key, name: str) -> None:
+        """A Workload we just created, before its watch event arrives."""
+        with self._lock:
+            self._wl_by_owner.setdefault(key, set()).add(name)
+
+    # --- indexes ------------------------------------------------------------------
+
+    def workload_names(self, key: Key) -> set[str]:
+        """Names of Workloads owned by the pod name in `key`, plus every one we
+        wrote in its namespace that the watch has not delivered yet."""
+        with self._lock:
+            names = set(self._wl_by_owner.get(key, ()))
+            names |= {k[2] for k in self._written if k[0] == "workload" and k[1] == key[0]}
+        return names
+
+    def heads(self, ns: str, cluster: str) -> list[str]:
+        with self._lock:
+            return list(self._cluster_heads.get((ns, cluster), ()))
+
+    def members(self, ns: str, cluster: str) -> list[str]:
+        with self._lock:
+            return sorted(self._cluster_pods.get((ns, cluster), ()))
+
+    def waiting_members(self, ns: str, cluster: str) -> list[str]:
+        """Pods of the cluster that have no Workload yet."""
+        with self._lock:
+            members = list(self._cluster_pods.get((ns, cluster), ()))
+            return [name for name in members if not self._wl_by_owner.get((ns, name))]
+
+    def admitted_at(self, uid: str) -> float | None:
+        with self._lock:
+            return self._admitted_seen.get(uid)
+
+    # --- departed pods ------------------------------------------------------------
+
+    def departed(self, key: Key) -> Obj | None:
+        with self._lock:
+            return self._departed.get(key)
+
+    def forget_pod(self, key: Key, departed: Obj | None) -> None:
+        """After a pass over a pod that is gone: nothing of it is needed any more."""
+        with self._lock:
+            self._departed.pop(key, None)
+            if departed is not None:
+                self._reported.pop(p.uid(departed), None)
+            self._conflicts.pop(f"{key[0]}/{key[1]}", None)
+
+    # --- the read-your-writes overlay ---------------------------------------------
+
+    def _drop_written(self, kind: Kind, key: Key, obj: Obj) -> None:
+        entry = self._written.get((kind, *key))
+        if entry is not None and entry[0] != metadata(obj).get("resourceVersion"):
+            del self._written[(kind, *key)]
+
+    def remember(self, kind: Kind, key: Key, before: Obj | None, after: Obj) -> None:
+        """Until the watch delivers our write, reads return its result: a pass
+        triggered meanwhile must not repeat the write."""
+        pre_rv = metadata(before).get("resourceVersion") if before is not None else None
+        with self._lock:
+            self._written[(kind, *key)] = (pre_rv, after)
+
+    def read(self, kind: Kind, key: Key, cached: Obj | None) -> Obj | None:
+        """The cached object, or our write's result while the cache still shows
+        the version our write replaced."""
+        with self._lock:
+            entry = self._written.get((kind, *key))
+            if entry is None:
+                return cached
+            pre_rv, after = entry
+            current = metadata(cached).get("resourceVersion") if cached is not None else None
+            if current == pre_rv:
+                return after
+            del self._written[(kind, *key)]
+            return cached
+
+    # --- what was already said ----------------------------------------------------
+
+    def first_report(self, pod_uid: str, what: tuple[str, str]) -> bool:
+        """True the first time `what` is reported for this pod, False after."""
+        with self._lock:
+            sent = self._reported.setdefault(pod_uid, set())
+            if what in sent:
+                return False
+            sent.add(what)
+            return True
+
+    def set_conflict(self, name: str, kind: str, message: str) -> tuple[str, str] | None:
+        """Record the pod's standing conflict; returns the one it replaces."""
+        with self._lock:
+            previous = self._conflicts.get(name)
+            self._conflicts[name] = (kind, message)
+            return previous
+
+    def clear_conflict(self, name: str) -> None:
+        with self._lock:
+            self._conflicts.pop(name, None)
+
+    def conflicts(self) -> dict[str, str]:
+        with self._lock:
+            return {k: f"{kind}: {msg}" for k, (kind, msg) in sorted(self._conflicts.items())}

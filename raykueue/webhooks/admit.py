@@ -1,0 +1,105 @@
+"""From a parsed review to a verdict and the facts worth logging about it.
+
+Both entry points are pure: the caller supplies the owner context it read
+from caches. Dry-run requests go through the same code, which is why nothing
+here has a side effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from raykueue.core import contract as c
+from raykueue.core.objects import Obj, controller_ref, display_name, ref_group
+from raykueue.core.pods import role_of
+from raykueue.webhooks.classify import Context, Deny, Manage, Policy, Skip, classify
+from raykueue.webhooks.mutate import gate_patch
+from raykueue.webhooks.rayobjects import RAY_OBJECT_KINDS, Stage, hide_from_kueue, opt_in
+from raykueue.webhooks.review import Review, Verdict
+from raykueue.webhooks.validate import Denied, judge_update
+
+_RAY_OWNER_KINDS = (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A verdict plus what the decision log line and metrics report."""
+
+    verdict: Verdict
+    decision: str  # gated | skipped | denied | allowed
+    role: str = ""
+    queue: str = ""
+    priority: str = ""
+    reason: str = ""
+
+
+def ray_owner(obj: Obj) -> tuple[str, str] | None:
+    """(kind, name) of the Ray object controlling `obj`, to look up in a cache."""
+    ref = controller_ref(obj)
+    if ref is None or ref_group(ref) != c.RAY_API_GROUP:
+        return None
+    kind, name = ref.get("kind"), ref.get("name")
+    if kind in _RAY_OWNER_KINDS and isinstance(name, str):
+        return kind, name
+    return None
+
+
+def admit_create(review: Review, ctx: Context, policy: Policy) -> Outcome:
+    if review.operation != "CREATE":
+        return Outcome(Verdict(True), "skipped", reason=f"{review.operation} is not handled")
+    pod = review.object
+    decision = classify(pod, ctx, policy)
+    role = role_of(pod) or ""
+    match decision:
+        case Skip(reason=reason, warning=warning):
+            warnings = (warning,) if warning else ()
+            return Outcome(Verdict(True, warnings=warnings), "skipped", role=role, reason=reason)
+        case Deny(message=message):
+            return Outcome(Verdict(False, message=message), "denied", role=role, reason=message)
+        case Manage():
+            patch = gate_patch(pod, decision)
+            return Outcome(
+                Verdict(True, patch=patch or None, warnings=decision.warnings),
+                "gated",
+                role=role,
+                queue=decision.queue,
+                priority=decision.priority_class,
+                reason=f"queue from {decision.queue_source}, priority from {decision.priority_source}",
+            )
+    raise AssertionError(f"unhandled decision {decision!r}")  # pragma: no cover
+
+
+def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
+    role = role_of(review.object) or ""
+    if review.operation != "UPDATE" or review.old_object is None:
+        return Outcome(Verdict(True), "allowed", role=role, reason=f"{review.operation} not judged")
+    judgement = judge_update(review.old_object, review.object, review.username, controllers)
+    if isinstance(judgement, Denied):
+        return Outcome(Verdict(False, message=judgement.message), "denied", role=role,
+                       reason=judgement.message)
+    return Outcome(Verdict(True), "allowed", role=role, reason=judgement.reason)
+
+
+def admit_ray_object(review: Review, owners: Sequence[Obj], stage: Stage,
+                     allocate_timeout: int | None = None) -> Outcome:
+    """A RayCluster/RayJob/RayService passing before (FIRST) or after (LAST) Kueue's webhooks."""
+    obj = review.object
+    kind = obj.get("kind")
+    if kind not in RAY_OBJECT_KINDS or review.operation not in ("CREATE", "UPDATE"):
+        return Outcome(Verdict(True), "skipped", reason=f"{kind} {review.operation} is not handled")
+    choice = opt_in(obj, owners)
+    if choice.invalid is not None:
+        if stage is Stage.LAST:
+            return Outcome(Verdict(True), "skipped", reason="invalid opt-in, denied before Kueue's webhooks")
+        message = (f'annotation {c.STANDALONE_ANNOTATION}="{choice.invalid}" on {choice.where} is not '
+                   'valid: set it to "true" to queue this Ray cluster in Kueue pod by pod, or "false" '
+                   "to leave it to Kueue")
+        return Outcome(Verdict(False, message=message), "denied", reason=message)
+    if not choice.opted_in:
+        return Outcome(Verdict(True), "skipped", reason="not opted in")
+    patch = hide_from_kueue(obj, review.operation, stage, allocate_timeout)
+    what = "queue hidden from Kueue" if stage is Stage.FIRST else "Kueue's defaulting undone"
+    return Outcome(Verdict(True, patch=patch or None), "hidden" if stage is Stage.FIRST else "restored",
+                   reason=f"{kind} {display_name(obj)} opted in on {choice.where}: "
+                          f"{what if patch else 'nothing to change'}")

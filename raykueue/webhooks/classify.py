@@ -1,0 +1,288 @@
+"""What raykueue should do with a pod at creation: the defaulting decision.
+
+`classify` is a pure function of the pod, of what the caller already knows
+about the pod's owners (read from caches, never from the API on this path) and
+of the policy. It answers Skip (not ours), Deny (ours but unusable as given,
+with a message that says what to change) or Manage (gate it, with the queue
+and priority resolved and where each came from).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from raykueue.core import contract as c
+from raykueue.core.objects import Obj, annotations, display_name, labels, spec
+from raykueue.core.pods import kueue_claims, role_of
+
+# DNS-1123 subdomain, as Kubernetes validates object names (LocalQueue and
+# WorkloadPriorityClass are named objects).
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PodPriority:
+    """Optional: Kubernetes PriorityClasses to set on gated pods.
+
+    Off by default. When on, kube-scheduler's own preemption agrees with
+    Kueue's order (a head outranks workers on the node as well as in the queue).
+    """
+
+    head_class: str
+    worker_class: str
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
+    worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
+    pod_priority: PodPriority | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the edge resolved from its caches for one pod.
+
+    `owners` is the Ray owner chain, nearest first (RayCluster, then the
+    RayJob or RayService that owns it). `cluster_known` is False when the
+    server runs admission-only: then only the pod itself can be consulted.
+    `unresolved_owner` names an owner the pod points at that the caches do not
+    hold (yet); it may carry the opt-in, so the pod cannot be decided.
+    """
+
+    owners: Sequence[Obj] = ()
+    cluster_known: bool = False
+    unresolved_owner: str | None = None
+    default_queue_exists: bool = False
+    priority_values: Mapping[str, int] = field(default_factory=dict)
+    # What Kueue's Configuration says (the edge reads it): the Ray kinds whose
+    # integration is on, and whether Kueue takes such objects in this namespace
+    # even without a queue label (manageJobsWithoutQueueName).
+    kueue_job_kinds: frozenset[str] = frozenset()
+    kueue_manages_unqueued: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    reason: str
+    warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manage:
+    role: str
+    queue: str
+    queue_source: str
+    priority_class: str
+    priority_source: str
+    # (PriorityClass name, value) to write into the pod spec, when configured.
+    pod_priority: tuple[str, int] | None = None
+    warnings: tuple[str, ...] = ()
+    # Kueue's pod webhook took the pod earlier in this request (its label, gate
+    # and finalizer are on it); the patch takes it back.
+    taken_from_kueue: bool = False
+    # A gang cluster (docs/GANG.md): each worker group's base count, by group.
+    gang: Mapping[str, int] | None = None
+
+
+Decision = Skip | Deny | Manage
+
+
+def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
+    role = role_of(pod)
+    if role is None:
+        return Skip("not a Ray head or worker")
+
+    opt_in = _opt_in(pod, ctx)
+    if isinstance(opt_in, Deny | Skip):
+        return opt_in
+
+    kueue_job = _kueue_job(ctx)
+    if kueue_job is not None:
+        # Kueue admits the whole cluster through this owner; gating its pods as
+        # well would count their quota twice.
+        return Skip(
+            f"Kueue admits {kueue_job} as a whole",
+            warning=(
+                f"{kueue_job} is managed by Kueue (it carries {c.QUEUE_LABEL}, or Kueue manages "
+                "jobs without a queue name here), so raykueue leaves its pods alone; check that "
+                f"raykueue's {c.FIRST_MUTATING_WEBHOOK_CONFIG} webhook configuration is installed"
+            ),
+        )
+
+    # At creation nothing of Kueue's exists for the pod yet: an opted-in pod that
+    # Kueue's pod webhook took earlier in this request is taken back.
+    taken = kueue_claims(pod) is not None
+
+    queue = _queue(pod, ctx, role, taken)
+    if isinstance(queue, Deny):
+        return queue
+    queue_name, queue_source = queue
+
+    explicit = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+    if explicit == c.KUEUE_DEFAULT_PRIORITY_CLASS:
+        # What Kueue's WorkloadPriorityClass defaulting writes; the head/worker
+        # classes are the point of raykueue, so they win over it.
+        explicit = None
+    if explicit:
+        priority_class, priority_source = explicit, "pod label"
+    elif role == c.ROLE_HEAD:
+        priority_class, priority_source = policy.head_priority_class, "head default"
+    else:
+        priority_class, priority_source = policy.worker_priority_class, "worker default"
+    if not is_dns1123_subdomain(priority_class):
+        return Deny(
+            f"{c.PRIORITY_CLASS_LABEL}={priority_class!r} is not a valid WorkloadPriorityClass "
+            "name: use a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
+        )
+
+    gang = gang_minimum(ctx)
+    if isinstance(gang, Deny):
+        return gang
+
+    pod_priority, warnings = _pod_priority(pod, ctx, policy, role)
+    return Manage(
+        role=role,
+        queue=queue_name,
+        queue_source=queue_source,
+        priority_class=priority_class,
+        priority_source=priority_source,
+        pod_priority=pod_priority,
+        warnings=warnings,
+        taken_from_kueue=taken,
+        gang=gang,
+    )
+
+
+def _kueue_job(ctx: Context) -> str | None:
+    """The Ray owner Kueue manages as one job, as Kueue's own ancestor check sees it."""
+    for owner in ctx.owners:
+        kind = owner.get("kind")
+        if kind in ctx.kueue_job_kinds and (labels(owner).get(c.QUEUE_LABEL) or ctx.kueue_manages_unqueued):
+            return _describe(owner)
+    return None
+
+
+def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
+    """The nearest `standalone` annotation decides: pod, then RayCluster, then its owner."""
+    sources: list[tuple[str, Obj]] = [("the pod", pod)]
+    sources += [(_describe(owner), owner) for owner in ctx.owners]
+    for where, obj in sources:
+        value = annotations(obj).get(c.STANDALONE_ANNOTATION)
+        if value is None:
+            continue
+        if value == "true":
+            return None
+        if value == "false":
+            return Skip(f"opted out on {where}")
+        return Deny(
+            f'annotation {c.STANDALONE_ANNOTATION}="{value}" on {where} is not valid: set it to '
+            f'"true" to queue this Ray cluster in Kueue pod by pod, or "false" to opt out'
+        )
+    if ctx.unresolved_owner:
+        # The owner may opt in; admitting the pod ungated would let it run
+        # outside quota for good, so ask KubeRay to retry instead.
+        return Deny(
+            f"{ctx.unresolved_owner} is not yet in raykueue's cache, so its "
+            f"{c.STANDALONE_ANNOTATION} annotation cannot be read; the creation is retried by "
+            "KubeRay. If this persists, check that raykueue can watch RayClusters"
+        )
+    return Skip("not opted in")
+
+
+def gang_minimum(ctx: Context) -> dict[str, int] | Deny | None:
+    """Each worker group's base count when the nearest owner opts in to gang start.
+
+    The counts come from the RayCluster's spec (minReplicas times numOfHosts,
+    as KubeRay creates pods); None when the cluster does not opt in.
+    """
+    for owner in ctx.owners:
+        value = annotations(owner).get(c.GANG_ANNOTATION)
+        if value is None:
+            continue
+        if value == "false":
+            return None
+        if value != "true":
+            return Deny(
+                f'annotation {c.GANG_ANNOTATION}="{value}" on {_describe(owner)} is not valid: '
+                'set it to "true" to admit the head and minReplicas workers together, or '
+                '"false" to admit pod by pod')
+        cluster = next((o for o in ctx.owners if o.get("kind") == c.RAYCLUSTER_KIND), None)
+        groups = spec(cluster).get("workerGroupSpecs") if cluster is not None else None
+        if not isinstance(groups, list):
+            return Deny(
+                f"{_describe(owner)} asks for gang start ({c.GANG_ANNOTATION}) but raykueue does "
+                "not know its RayCluster's worker groups yet; the creation is retried by KubeRay")
+        out: dict[str, int] = {}
+        for group in groups:
+            if not isinstance(group, dict) or not isinstance(group.get("groupName"), str):
+                continue
+            count = group.get("minReplicas")
+            hosts = group.get("numOfHosts")
+            count = count if isinstance(count, int) and count > 0 else 0
+            out[group["groupName"]] = count * (hosts if isinstance(hosts, int) and hosts > 0 else 1)
+        return out
+    return None
+
+
+def _queue(pod: Obj, ctx: Context, role: str, taken: bool) -> tuple[str, str] | Deny:
+    """The nearest named queue: the pod, then its owners; our annotation before the label.
+
+    On a pod Kueue took, a queue label "default" is Kueue's defaulting, not the
+    user's choice, so the owners are asked first.
+    """
+    own_label = labels(pod).get(c.QUEUE_LABEL)
+    if taken and own_label == c.DEFAULT_LOCAL_QUEUE:
+        own_label = None
+    candidates = [(annotations(pod).get(c.QUEUE_ANNOTATION), "pod annotation"), (own_label, "pod label")]
+    for owner in ctx.owners:
+        candidates.append((annotations(owner).get(c.QUEUE_ANNOTATION), f"{_describe(owner)} annotation"))
+        candidates.append((labels(owner).get(c.QUEUE_LABEL), f"{_describe(owner)} label"))
+    found = next(((value, source) for value, source in candidates if value), None)
+    if found is None and ctx.default_queue_exists:
+        found = (c.DEFAULT_LOCAL_QUEUE, "namespace default LocalQueue")
+    if found is None:
+        cluster = labels(pod).get(c.CLUSTER_LABEL, "")
+        target = f"RayCluster {cluster}" if cluster else "the RayCluster"
+        return Deny(
+            f"no Kueue queue for Ray {role} pod {display_name(pod)}: set label "
+            f"{c.QUEUE_LABEL}=<LocalQueue name> on {target} or on its pod template, or create "
+            f'a LocalQueue named "{c.DEFAULT_LOCAL_QUEUE}" in this namespace'
+        )
+    name, source = found
+    if not is_dns1123_subdomain(name):
+        return Deny(
+            f"{c.QUEUE_LABEL}={name!r} (from {source}) is not a valid LocalQueue name: use a "
+            "DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending "
+            "with a letter or digit)"
+        )
+    return found
+
+
+def _pod_priority(
+    pod: Obj, ctx: Context, policy: Policy, role: str
+) -> tuple[tuple[str, int] | None, tuple[str, ...]]:
+    if policy.pod_priority is None or spec(pod).get("priorityClassName"):
+        # A PriorityClass chosen in the pod template is the user's call.
+        return None, ()
+    name = policy.pod_priority.head_class if role == c.ROLE_HEAD else policy.pod_priority.worker_class
+    value = ctx.priority_values.get(name)
+    if value is None:
+        return None, (f"PriorityClass {name} is not known to raykueue; pod priority left unset",)
+    return (name, value), ()
+
+
+def _describe(obj: Obj) -> str:
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "owner"
+    return f"{kind} {display_name(obj)}"
