@@ -92,6 +92,18 @@ def pid_runs(pid: int, binary: str) -> bool:
     return os.path.basename(exe).startswith(os.path.basename(binary))
 
 
+# devstack is not part of the product's wheel: the Python processes the stack
+# starts (`python -m devstack.dashboard_proxy`, the Ray tier's driver) find it,
+# and whatever else the checkout holds, through the checkout's root.
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def with_checkout_on_path(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the checkout first on PYTHONPATH."""
+    rest = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": f"{CHECKOUT}{os.pathsep}{rest}" if rest else str(CHECKOUT)}
+
+
 def spawn(name: str, argv: list[str], log: Path, *, cwd: Path, ports: dict[str, int],
           env: dict[str, str] | None = None) -> Proc:
     """Start argv in its own session (so it outlives us), appending to `log`."""
@@ -101,7 +113,7 @@ def spawn(name: str, argv: list[str], log: Path, *, cwd: Path, ports: dict[str, 
         out.flush()
         popen = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+            env=with_checkout_on_path({**os.environ, **(env or {})}), cwd=cwd, start_new_session=True,
         )
     _children[popen.pid] = popen
     return Proc(name=name, pid=popen.pid, binary=argv[0], log=str(log), ports=ports, argv=argv)

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .procs import with_checkout_on_path
 from .stack import tail
 
 RAY_ENV = {
@@ -105,7 +106,7 @@ def spawn(name: str, argv: list[str], log: Path, env: dict[str, str] | None = No
         popen = subprocess.Popen(
             argv, stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
             stdout=subprocess.PIPE if pipes else out, stderr=out, text=pipes,
-            env={**os.environ, "PATH": path, **RAY_ENV, **(env or {})},
+            env=with_checkout_on_path({**os.environ, "PATH": path, **RAY_ENV, **(env or {})}),
             cwd=cwd, start_new_session=True)
     return RayProcess(name, popen, log)
 

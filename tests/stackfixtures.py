@@ -203,7 +203,7 @@ def _raykueue_command() -> list[str]:
     found = shutil.which("raykueue")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main(sys.argv[1:]))"]
+    return [sys.executable, "-m", "raykueue.app.cli"]
 
 
 class ServerExited(AssertionError):
