@@ -27,6 +27,7 @@ from raykueue.controller.actions import (
     FINISHED_OWNER_NOT_FOUND,
     FINISHED_POD_DELETED,
     FINISHED_SUCCEEDED,
+    WAIT_FOR_HEAD,
     WARN_FINISHED_WHILE_GATED,
     WARN_LABEL_REMOVED,
     WARN_NO_QUEUE,
@@ -167,7 +168,7 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
         return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
     role = role_of(pod) or c.ROLE_WORKER
     if role == c.ROLE_WORKER and ctx.head_first and not ctx.head_admitted:
-        return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet")]
+        return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet", WAIT_FOR_HEAD)]
     if not labels(pod).get(c.QUEUE_LABEL):
         return [Warn(WARN_NO_QUEUE,
                      f"pod {p.name(pod)} has no {c.QUEUE_LABEL} label, so Kueue would never "
