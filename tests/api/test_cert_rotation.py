@@ -286,7 +286,7 @@ def test_ca_rotation_under_load_fails_no_admission(
     print(raykueue_cli(api_stack, "certs", "rotate", "--ca", "--secret", secret, "-n", ns))
 
     # The ordering, sampled while it happens: a replica serving a certificate
-    # from a CA both configurations do not already trust would break calls.
+    # from a CA the configurations do not all trust yet would break calls.
     seen_untrusted: list[str] = []
 
     def new_ca_everywhere() -> bytes | None:
