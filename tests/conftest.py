@@ -23,7 +23,6 @@ import pytest
 from devstack.config import KUEUE_MODES
 
 from .stackfixtures import (  # noqa: F401 (fixtures)
-    RaykueueServer,
     api_stack,
     e2e_stack,
     k8s,

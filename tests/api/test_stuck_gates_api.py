@@ -16,20 +16,15 @@ from raykueue.controller import stuck
 from raykueue.controller import verdict as v
 from raykueue.core import contract as c
 from raykueue.kube.rest import Rest
+from testkit.standins import LOCAL_QUEUE, WPCS, create_pod, events_for, ray_pod, workload_of
+from testkit.waiting import wait_for
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
-    LOCAL_QUEUE,
-    WPCS,
     admin,
     as_controller,
-    create_pod,
-    events_for,
     ns,
-    ray_pod,
     run_controller,
     scope,
-    workload_of,
 )
-from tests.waiting import wait_for
 
 GAUGE = "raykueue_gated_pod_oldest_age_seconds"
 INTERVAL = 0.2

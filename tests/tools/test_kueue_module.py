@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from bench.kueue_pods import kueue_pod_webhook_configurations
 from devstack import kueue_shipped as ks
 from devstack.components import kueue_config
 from devstack.config import StackConfig
+from devstack.kueue_pods import kueue_pod_webhook_configurations
 from devstack.objects import KUEUE_NAMESPACE
 from raykueue.coexist.kueueconfig import parse
 from raykueue.core import contract

@@ -17,7 +17,7 @@ from raykueue.controller import stuck
 from raykueue.controller import verdict as v
 from raykueue.controller.explain import explain_pod
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 from tests.unit.controller_world import World
 from tests.unit.listsource import facts_of
 

@@ -8,7 +8,7 @@ from raykueue.controller import decide as d
 from raykueue.controller.explain import explain, explain_pod, queue_position
 from raykueue.controller.facts import Facts
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 from tests.unit.controller_world import World
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 from raykueue.controller import stuck
 from raykueue.controller.verdict import NO_WORKLOAD, WAITING_FOR_HEAD, WAITING_FOR_QUOTA
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 from tests.unit.listsource import facts_of
 
 CREATED = datetime.fromisoformat(o.T0.replace("Z", "+00:00")).timestamp()

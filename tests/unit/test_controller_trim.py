@@ -27,7 +27,7 @@ from raykueue.controller import workload as w
 from raykueue.controller.caches import slim_pod, slim_workload
 from raykueue.controller.facts import Facts
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 from tests.unit.listsource import facts_of
 from tests.unit.test_controller_decide import PRIORITIES, ctx
 

@@ -95,7 +95,7 @@ def test_tiers_and_ports():
 
 
 def test_kueue_pod_integration_overlay_turns_pod_on_only_in_selected_namespaces(tmp_path):
-    from bench.kueue_pods import kueue_pod_integration
+    from devstack.kueue_pods import kueue_pod_integration
 
     selector = {"matchLabels": {"bench.raykueue.io/system": "kueue"}}
     cfg = kueue_config(StackConfig(stack_dir=tmp_path, kueue_mode="minimal",

@@ -22,8 +22,8 @@ from raykueue.kube.leader import (
 )
 from raykueue.kube.resources import LEASES
 from raykueue.kube.rest import ApiError
+from testkit.waiting import wait_for, within
 from tests.fakeapi import FakeApi
-from tests.waiting import wait_for, within
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
