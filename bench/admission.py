@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from raykueue.core import contract as c  # noqa: E402
-from tests import reviews as rv  # noqa: E402
+from testkit import reviews as rv  # noqa: E402
 
 LUA = """
 local bodies = {}

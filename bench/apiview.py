@@ -4,8 +4,8 @@ The ceiling (bench/ceiling.py: raykueue's decision behind a bare ASGI handler,
 same uvicorn settings, same TLS context) is registered exactly as raykueue's
 pod webhook is: the shipped declaration (manifests/webhooks.yaml, through
 devstack.webhook_configurations with the bench's namespace selector), renamed
-and pointed at the ceiling. What the API server measures per webhook
-(bench/histograms.py) is then split into what is ours and what is its own.
+and pointed at the ceiling (devstack/ceiling.py). What the API server measures per webhook
+(testkit/histograms.py) is then split into what is ours and what is its own.
 """
 
 from __future__ import annotations
@@ -19,17 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import devstack
-from bench.histograms import REQUEST_DURATION, WEBHOOK_DURATION, Histogram, Labels, histograms, merged
+from devstack.ceiling import ceiling_configuration
 from devstack.kubeapi import KubeError, object_path
 from raykueue.kube.rest import Rest
-from tests.stackfixtures import LoopbackTLSServer, RaykueueServer, metric_total, metrics_page
-from tests.waiting import wait_for
+from testkit.histograms import (
+    REQUEST_DURATION,
+    WEBHOOK_DURATION,
+    Histogram,
+    Labels,
+    histograms,
+    merged,
+)
+from testkit.servers import LoopbackTLSServer, RaykueueServer, metric_total, metrics_page
+from testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-POD_HOOK = "mutate-pods.raykueue.io"  # raykueue's pod webhook in manifests/webhooks.yaml
-CEILING_HOOK = "mutate-pods.ceiling.bench.raykueue.io"
-# Mutating configurations are called in name order: after Kueue's, like raykueue's.
-CEILING_CONFIG = "zz-raykueue-ceiling"
 KUEUE_POD_HOOK = "mpod.kb.io"
 HANDSHAKES = "raykueue_tls_handshakes_total"
 HANDLER_DURATION = "raykueue_admission_duration_seconds"  # raykueue's own, app/metrics.py
@@ -40,18 +44,6 @@ def raykueue_hooks() -> frozenset[str]:
     """Every webhook raykueue's server answers, as the API server names them."""
     return frozenset(hook["name"] for config in devstack.webhook_configurations("https://x", b"")
                      for hook in config["webhooks"])
-
-
-def ceiling_configuration(url_base: str, ca_pem: bytes, namespace_selector: dict) -> dict:
-    """raykueue's pod webhook as the bench registers it, renamed and calling `url_base`."""
-    for config in devstack.webhook_configurations(url_base, ca_pem,
-                                                  namespace_selector=namespace_selector):
-        for hook in config["webhooks"]:
-            if hook["name"] == POD_HOOK:
-                return {"apiVersion": config["apiVersion"], "kind": config["kind"],
-                        "metadata": {"name": CEILING_CONFIG},
-                        "webhooks": [{**hook, "name": CEILING_HOOK}]}
-    raise LookupError(f"{POD_HOOK} is not in manifests/webhooks.yaml")
 
 
 class Ceiling(LoopbackTLSServer):

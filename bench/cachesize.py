@@ -1,7 +1,7 @@
 """What the controller's caches keep per pod: bytes held by N trimmed pods and Workloads.
 
 No servers. Builds N Running KubeRay worker pods and their admitted Workloads
-(tests/unit/controller_objects, the unit tests' objects), ten to a second of
+(testkit/controller_objects, the unit tests' objects), ten to a second of
 creation time as KubeRay makes them, serialises each as the API server would
 send it, then parses and trims each through the caches' own transforms
 (`controller.caches.slim_pod`, `slim_workload`) with tracemalloc on. Prints the
@@ -34,7 +34,7 @@ import orjson  # noqa: E402
 
 from raykueue.controller import caches  # noqa: E402
 from raykueue.controller.caches import slim_pod, slim_workload  # noqa: E402
-from tests.unit import controller_objects as o  # noqa: E402
+from testkit import controller_objects as o  # noqa: E402
 
 PER_SECOND = 10  # objects that share a creation (and condition) timestamp
 

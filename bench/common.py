@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import statistics
 import time
 import uuid
@@ -19,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import devstack
-from bench.kueue_pods import kueue_pod_integration
+from devstack.kueue_pods import kueue_pod_integration
 from raykueue.core import contract as c
 from raykueue.kube.resources import crd
 from raykueue.kube.rest import ApiError, Rest
-from tests.reviews import creatable_pod
-from tests.stackfixtures import RaykueueServer
-from tests.waiting import wait_for
+from testkit.reviews import creatable_pod
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,18 +53,6 @@ BACKGROUND = frozenset({"leases", "nodes", "namespaces", "tokenreviews", "subjec
 
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[\d.e+]+)$')
 Key = tuple[str, str, str]
-
-
-def interruptible() -> None:
-    """SIGINT and SIGTERM end a run through its `finally` blocks, which stop the stack
-    and the servers it started. Without this a run started in the background by a
-    shell without job control (`python bench/x.py &`) ignores SIGINT, the shell having
-    set it so, and SIGTERM kills it on the spot, leaving the stack running."""
-    def stop(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
 
 
 def request_totals(rest: Rest) -> Counter[Key]:
@@ -172,7 +159,7 @@ def add_namespace(rest: Rest, prefix: str, system: str | None, cluster_queue: st
 
 
 def worker_pod(namespace: str, opt_in: bool) -> dict[str, Any]:
-    """The KubeRay worker pod from tests/fixtures (no owner), small requests, queue label;
+    """The KubeRay worker pod from testkit/fixtures (no owner), small requests, queue label;
     `opt_in` adds raykueue's standalone annotation on the pod."""
     pod = creatable_pod("worker")
     meta = pod["metadata"]

@@ -7,7 +7,7 @@ webhooks + controller) serves namespaces labelled ...=raykueue; the ceiling
 webhook (bench/ceiling.py: raykueue's decision, no framework, registered as
 raykueue's pod webhook is) serves ...=ceiling; a fourth namespace has no webhook
 of ours. Every system gets the same pod: the KubeRay worker pod recorded in
-tests/fixtures (no owner reference, requests shrunk to 100m/128Mi, queue label
+testkit/fixtures (no owner reference, requests shrunk to 100m/128Mi, queue label
 `bench`); raykueue's and the ceiling's also carry `kueue.x-k8s.io/standalone: "true"`
 and raykueue's controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head pod).
 
@@ -55,7 +55,6 @@ from bench.common import (  # noqa: E402
     dry_run_pod,
     events_by_source,
     gates,
-    interruptible,
     label,
     lifecycle_writes,
     make_queue,
@@ -66,8 +65,8 @@ from bench.common import (  # noqa: E402
     start_raykueue,
     worker_pod,
 )
-from bench.histograms import EMPTY  # noqa: E402
-from bench.kueue_pods import (  # noqa: E402
+from devstack.ceiling import CEILING_HOOK, POD_HOOK  # noqa: E402
+from devstack.kueue_pods import (  # noqa: E402
     register_kueue_pod_webhooks,
     unregister_kueue_pod_webhooks,
 )
@@ -76,8 +75,10 @@ from raykueue.core import contract as c  # noqa: E402
 from raykueue.kube.client import load_api_client  # noqa: E402
 from raykueue.kube.resources import PODS  # noqa: E402
 from raykueue.kube.rest import ApiError, Rest  # noqa: E402
-from tests.stackfixtures import RaykueueServer  # noqa: E402
-from tests.waiting import wait_for  # noqa: E402
+from testkit.histograms import EMPTY  # noqa: E402
+from testkit.interrupt import interruptible  # noqa: E402
+from testkit.servers import RaykueueServer  # noqa: E402
+from testkit.waiting import wait_for  # noqa: E402
 
 SYSTEMS = ("none", "raykueue", "kueue", "ceiling")
 WRITE_SYSTEMS = ("none", "raykueue", "kueue")  # the ceiling decides, nothing runs its pods
@@ -145,9 +146,9 @@ def latency(stack: devstack.Stack, rest: Rest, ns: dict[str, str], creates: int,
           f"diffed around each turn")
     if variant:
         print(f"{VARIANT}: raykueue's server restarted with {variant} for its turn")
-    hooks = {"none": apiview.KUEUE_POD_HOOK if shipped else None, "raykueue": apiview.POD_HOOK,
-             "kueue": apiview.KUEUE_POD_HOOK, "ceiling": apiview.CEILING_HOOK,
-             VARIANT: apiview.POD_HOOK}
+    hooks = {"none": apiview.KUEUE_POD_HOOK if shipped else None, "raykueue": POD_HOOK,
+             "kueue": apiview.KUEUE_POD_HOOK, "ceiling": CEILING_HOOK,
+             VARIANT: POD_HOOK}
     namespace = {**ns, VARIANT: ns["raykueue"]}
     envs = {"raykueue": dict(server.extra_env), VARIANT: {**server.extra_env, **variant}}
     took: dict[str, list[float]] = {s: [] for s in systems}
@@ -227,7 +228,7 @@ def keep_alive(stack: devstack.Stack, rest: Rest, ns: dict[str, str], server: Ra
         "raykueue": apiview.Target(apiview.raykueue_hooks(),
                                    lambda: server.metric_total(apiview.HANDSHAKES),
                                    lambda k: apiview.restart_raykueue(server, k), ns["raykueue"]),
-        "ceiling": apiview.Target(frozenset({apiview.CEILING_HOOK}), ceiling.handshakes,
+        "ceiling": apiview.Target(frozenset({CEILING_HOOK}), ceiling.handshakes,
                                   lambda k: (ceiling.stop(), ceiling.start(k)), ns["ceiling"]),
     }
     print("| keep-alive | " + " | ".join(f"{n} handshakes / calls | {n} per 1,000" for n in targets)
@@ -425,7 +426,7 @@ def main() -> int:
               f"raykueue at {server.url} with {env}, Kueue's pod webhook on port "
               f"{stack.procs['kueue'].ports['webhook']}")
         print(f"the ceiling webhook at {ceiling.url} (bench/ceiling.py), registered as "
-              f"{apiview.CEILING_HOOK} for namespace {ns['ceiling']}")
+              f"{CEILING_HOOK} for namespace {ns['ceiling']}")
         latency(stack, rest, ns, args.creates, args.rounds, shipped, server, variant)
         if args.keep_alive_rounds:
             keep_alive(stack, rest, ns, server, ceiling, args.keep_alive_rounds,

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import devstack  # noqa: E402
-from bench.common import interruptible, request_totals  # noqa: E402
+from bench.common import request_totals  # noqa: E402
 from raykueue.controller.config import ControllerConfig  # noqa: E402
 from raykueue.controller.loop import Controller  # noqa: E402
 from raykueue.kube.cache import WatchCache  # noqa: E402
@@ -43,7 +43,10 @@ from raykueue.kube.client import load_api_client  # noqa: E402
 from raykueue.kube.events import EventRecorder  # noqa: E402
 from raykueue.kube.resources import PODS  # noqa: E402
 from raykueue.kube.rest import Rest  # noqa: E402
-from tests.api import test_controller_api as t  # noqa: E402
+from testkit import standins as t  # noqa: E402
+from testkit.interrupt import interruptible  # noqa: E402
+from testkit.reviews import gates  # noqa: E402
+from testkit.waiting import wait_for  # noqa: E402
 
 
 def main() -> int:
@@ -94,12 +97,12 @@ def main() -> int:
     watcher = WatchCache(admin, PODS, namespace=ns, transform=lambda pod: {
         "metadata": {"name": pod["metadata"]["name"]},
         "spec": {"schedulingGates": pod["spec"].get("schedulingGates")}})
-    watcher.add_handler(lambda _e, pod: (not t.gates(pod)) and lifted.setdefault(
+    watcher.add_handler(lambda _e, pod: (not gates(pod)) and lifted.setdefault(
         pod["metadata"]["name"], time.monotonic()))
     watcher.start()
     try:
         t0 = time.monotonic()
-        t.wait_for(lambda: len(t.workloads_in(admin, ns)) == n, timeout=120 + n / 2,
+        wait_for(lambda: len(t.workloads_in(admin, ns)) == n, timeout=120 + n / 2,
                    message=f"{n} Workloads")
         print(f"{n} Workloads created in {time.monotonic() - t0:.1f}s")
         watcher.wait_synced(30)
@@ -108,7 +111,7 @@ def main() -> int:
         for wl in t.workloads_in(admin, ns):
             admitted[wl["metadata"]["ownerReferences"][0]["name"]] = time.monotonic()
             t.kueue_status(admin, wl, scope)
-        t.wait_for(lambda: len(lifted) == n, timeout=120 + n / 2,
+        wait_for(lambda: len(lifted) == n, timeout=120 + n / 2,
                    message=lambda: f"{len(lifted)}/{n} gates lifted")
         latencies = sorted(lifted[name] - admitted[name] for name in admitted)
         p99 = latencies[min(n - 1, int(n * 0.99))]
@@ -119,11 +122,11 @@ def main() -> int:
 
         for pod in pods:
             t.make_ready(admin, pod)
-        t.wait_for(lambda: all(t.cond(wl, "PodsReady") for wl in t.workloads_in(admin, ns)),
+        wait_for(lambda: all(t.cond(wl, "PodsReady") for wl in t.workloads_in(admin, ns)),
                    timeout=120 + n / 2, message="PodsReady on every Workload")
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda p: admin.delete(PODS.path(ns, p["metadata"]["name"])), pods))
-        t.wait_for(lambda: not t.workloads_in(admin, ns),
+        wait_for(lambda: not t.workloads_in(admin, ns),
                    timeout=120 + n / 2, message="every Workload deleted")
     finally:
         watcher.stop()

@@ -39,7 +39,6 @@ from bench.common import (  # noqa: E402
     add_namespace,
     bench_config,
     gates,
-    interruptible,
     label,
     lifecycle_writes,
     make_queue,
@@ -53,7 +52,8 @@ from raykueue.kube.cache import WatchCache  # noqa: E402
 from raykueue.kube.client import load_api_client  # noqa: E402
 from raykueue.kube.resources import PODS  # noqa: E402
 from raykueue.kube.rest import Rest  # noqa: E402
-from tests.waiting import WaitTimeout, wait_for  # noqa: E402
+from testkit.interrupt import interruptible  # noqa: E402
+from testkit.waiting import WaitTimeout, wait_for  # noqa: E402
 
 CLUSTER = "scale"
 KWOK_NODES = 10

@@ -25,7 +25,8 @@ from .probes import condition, http_ok, secure_healthz, tls_port_open
 from .procs import StackError
 
 if TYPE_CHECKING:
-    from .handle import Stack
+    # The stack as a declaration sees it; `handle.Stack` is one (and imports us).
+    from .stackview import StackView as Stack
 
 Ports = dict[str, int]
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")

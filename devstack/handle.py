@@ -21,8 +21,8 @@ from .components import COMPONENTS
 from .config import StackConfig
 from .kubeapi import KubeApi
 from .objects import crd_files, crds_digest, install_crds
-from .plan import Log
 from .procs import Proc, StackError, free_ports
+from .stackview import Log
 
 
 def _main_ports(components: dict[str, Proc]) -> dict[str, int]:

@@ -41,7 +41,8 @@ from .kubeapi import object_path
 from .webhooks import by_url
 
 if TYPE_CHECKING:
-    from .handle import Stack
+    # The stack as a declaration sees it; `handle.Stack` is one (and imports us).
+    from .stackview import StackView as Stack
 
 MINIMAL, SHIPPED = KUEUE_MODES
 
@@ -323,11 +324,6 @@ def visibility_objects(apiservice: dict, service: dict, namespace: str, port: in
     api["metadata"] = {"name": apiservice["metadata"]["name"]}
     api["spec"]["service"] = {"name": name, "namespace": namespace, "port": port}
     return [svc, api]
-
-
-def ensure_visibility_certs(cert_dir: Path = VISIBILITY_CERT_DIR) -> pki.Pair:
-    pair = pki.Pair(cert_dir / "tls.crt", cert_dir / "tls.key")
-    return pki.self_signed(pair, "kueue-visibility")
 
 
 # ---- a running stack ---------------------------------------------------------------------------

@@ -19,11 +19,10 @@ from .config import TIERS
 from .kubeapi import KubeError
 from .objects import apply_objects, base_objects, crds_established
 from .procs import StackError
+from .stackview import Log
 
 if TYPE_CHECKING:
     from .handle import Stack
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)

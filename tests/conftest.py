@@ -1,14 +1,15 @@
 """Root conftest: tier markers by folder, stack options, stack fixtures.
 
-Tiers are named for what they need: tests/unit -> `unit` (Python only, no server process),
-tests/serve -> `serve` (starts `raykueue serve` processes), tests/tools -> `tools`
-(promtool and helm from controlplane/build.sh), tests/api -> `api`
+Tiers are named for what they need: tests/unit -> `unit` (Python only: no server process,
+no Go, no Go module cache, no kubectl, no network), tests/serve -> `serve` (starts
+`raykueue serve` processes), tests/tools -> `tools` (what controlplane/build.sh makes:
+promtool, helm, kubectl's kustomize, the Kueue module in the Go module cache), tests/api -> `api`
 (a real kube-apiserver and etcd), tests/e2e -> `e2e` (the whole stack), tests/ray -> `ray`
 (the e2e stack plus real Ray processes and the KubeRay autoscaler). Select
 with -m, e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse)
 the local control plane from devstack; with --build-controlplane (scripts/test
 passes it) controlplane/build.sh runs first, and only when a selected test needs
-the stack, so `-m unit` never needs Go.
+the stack or the tools it builds, so `-m unit` never needs Go.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import pytest
 from devstack.config import KUEUE_MODES
 
 from .stackfixtures import (  # noqa: F401 (fixtures)
-    RaykueueServer,
     api_stack,
     e2e_stack,
     k8s,
@@ -89,8 +89,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if not config.getoption("--build-controlplane") or config.getoption("collectonly"):
         return
-    # "stack_owner" is behind every stack fixture (api_stack, e2e_stack, kubectl, ...).
-    if not any("stack_owner" in getattr(item, "fixturenames", ()) for item in session.items):
+    # "stack_owner" is behind every stack fixture (api_stack, e2e_stack, kubectl, ...);
+    # the tools tier runs what the build makes (promtool, helm, kubectl, the Kueue module).
+    if not any("stack_owner" in getattr(item, "fixturenames", ()) or item.get_closest_marker("tools")
+               for item in session.items):
         return
     capture = config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():  # a cold build takes minutes: show it

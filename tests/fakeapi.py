@@ -20,6 +20,11 @@ What a test controls:
   acting as another client).
 - `FakeCache`s see the store only when the test calls `deliver()`, so a test
   decides exactly how stale they are.
+- `unreachable()` fails every call as a dropped connection does, until
+  `reachable()`.
+
+Calls are serialized by one lock, as the API server serializes writes to an
+object, so threads (leader candidates racing for a Lease) may share one fake.
 
 The api tier runs the same scenarios against a real kube-apiserver; this fake
 does not validate objects, run admission or finalizers, or collect garbage
@@ -30,7 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -41,6 +48,7 @@ from raykueue.kube.resources import Resource
 from raykueue.kube.rest import ApiError
 
 Obj = dict[str, Any]
+VERBS = ("get", "create", "replace", "patch", "apply", "delete")
 CREATED_AT = "2026-12-02T09:40:13Z"
 DELETED_AT = "2026-12-02T09:45:00Z"
 
@@ -143,6 +151,14 @@ def selector_matches(selector: str | None, obj: Obj) -> bool:
     return True
 
 
+def _serialized(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: FakeApi, *args: Any, **kw: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kw)
+    return call
+
+
 class FakeApi:
     """Objects by path, with the API server's concurrency rules."""
 
@@ -158,6 +174,7 @@ class FakeApi:
         self.before_next: dict[str, Callable[[], None]] = {}
         self.caches: list[FakeCache] = []
         self._recording = True
+        self._lock = threading.RLock()  # re-entrant: a `before_next` hook calls in again
         self._rv = itertools.count(5000)
         self._uid = itertools.count(1)
 
@@ -202,6 +219,14 @@ class FakeApi:
     def writes(self) -> list[tuple[str, str]]:
         return [call for call in self.calls if call[0] != "get"]
 
+    def unreachable(self, error: ApiError | None = None) -> None:
+        """Every call fails (a dropped connection, by default) until `reachable()`."""
+        error = error or ApiError(0, "ConnectionRefusedError")
+        self.fail_always = {verb: error for verb in VERBS}
+
+    def reachable(self) -> None:
+        self.fail_always = {}
+
     @contextlib.contextmanager
     def unrecorded(self) -> Iterator[None]:
         self._recording, before = False, self._recording
@@ -238,6 +263,7 @@ class FakeApi:
             raise _not_found(target.key)
         return obj
 
+    @_serialized
     def get(self, path: str, query: Mapping[str, Any] | None = None, **_: Any) -> Any:
         group = path.removeprefix("/apis/")
         if path.startswith("/apis/") and "/" not in group:
@@ -258,6 +284,7 @@ class FakeApi:
         return {"kind": "APIGroup", "name": group, "versions": entries,
                 "preferredVersion": entries[0]}
 
+    @_serialized
     def create(self, path: str, body: Mapping[str, Any], query: Any = None, **_: Any) -> Any:
         target = self._begin("create", path)
         obj = copy.deepcopy(dict(body))
@@ -273,6 +300,7 @@ class FakeApi:
         meta["creationTimestamp"] = CREATED_AT
         return self.store(key, obj)
 
+    @_serialized
     def replace(self, path: str, body: Mapping[str, Any], **_: Any) -> Any:
         target = self._begin("replace", path)
         current = self._current(target)
@@ -284,6 +312,7 @@ class FakeApi:
         obj.setdefault("metadata", {})["uid"] = current["metadata"].get("uid")
         return self.store(target.key, obj)
 
+    @_serialized
     def json_patch(self, path: str, ops: list[dict[str, Any]], query: Any = None,
                    **_: Any) -> Any:
         target = self._begin("patch", path)
@@ -294,11 +323,13 @@ class FakeApi:
             raise ApiError(422, "Invalid", {"reason": "Invalid", "message": str(exc)}) from exc
         return self.store(target.key, patched)
 
+    @_serialized
     def merge_patch(self, path: str, patch: Mapping[str, Any], query: Any = None,
                     **_: Any) -> Any:
         target = self._begin("patch", path)
         return self.store(target.key, merge_patch(self._current(target), patch))
 
+    @_serialized
     def apply(self, path: str, body: Mapping[str, Any], field_manager: str, force: bool = True,
               **_: Any) -> Any:
         target = self._begin("apply", path)
@@ -309,6 +340,7 @@ class FakeApi:
             applied = {target.sub: body.get(target.sub) or {}}
         return self.store(target.key, _apply_merge(current, applied))
 
+    @_serialized
     def delete(self, path: str, body: Mapping[str, Any] | None = None, query: Any = None,
                **_: Any) -> Any:
         target = self._begin("delete", path)

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from raykueue.core import contract as c
-from tests import reviews as rv
+from testkit import reviews as rv
 
 MUTATE, VALIDATE = c.MUTATE_PATH, c.VALIDATE_PATH
 USER = "mallory"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -19,11 +20,17 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 }
 
 
-def _timestamp(created: float, _cache: list[Any] = [-1, ""]) -> str:  # noqa: B006 - a cache
+# Formatting the second once per second, not once per line. Lines come from
+# every thread (the event loop, watches, workers): lru_cache is safe to share,
+# where a hand-kept [second, text] pair could be read half-updated.
+@functools.lru_cache(maxsize=4)
+def _second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
+def _timestamp(created: float) -> str:
     second = int(created)
-    if second != _cache[0]:
-        _cache[0], _cache[1] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    return f"{_cache[1]}.{int((created - second) * 1000):03d}Z"
+    return f"{_second(second)}.{int((created - second) * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):

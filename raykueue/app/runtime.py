@@ -2,8 +2,9 @@
 
 This module decides nothing. `start(settings)` builds the pieces the settings
 ask for, in the one order their dependencies allow, starts their threads, and
-returns them as a frozen `Runtime`: the ASGI app (with the two decision
-functions and the readiness checks), the TLS context to listen with, and
+returns them as a frozen `Runtime`: the ASGI app (with the decision of each
+admission path: pods' mutate and validate, Ray objects' first and last; and
+the readiness checks), the TLS context to listen with, and
 what `shutdown()` must stop.
 """
 

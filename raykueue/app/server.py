@@ -1,10 +1,11 @@
 """The ASGI application: admission endpoints plus health, readiness and metrics.
 
-The two admission paths are served by a lean ASGI handler placed in front of
-FastAPI rather than by a FastAPI route. They are hit on every Ray pod creation
-and update; FastAPI's request and response machinery (routing, dependency
-solving, middleware) costs more than the decision itself. Everything else is
-an ordinary FastAPI route, where clarity beats microseconds.
+The admission paths (the pods' two, the Ray objects' two) are served by a
+lean ASGI handler placed in front of FastAPI rather than by a FastAPI route.
+They are hit on every Ray pod creation and update; FastAPI's request and
+response machinery (routing, dependency solving, middleware) costs more than
+the decision itself. Everything else is an ordinary FastAPI route, where
+clarity beats microseconds.
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ def build_app(mutate: Decide, validate: Decide, readiness: list[Readiness],
     api = FastAPI(
         title="raykueue",
         description="Per-pod Kueue admission for KubeRay clusters. The admission paths "
-        f"{c.MUTATE_PATH} and {c.VALIDATE_PATH} take admission.k8s.io/v1 AdmissionReviews.",
+        f"{', '.join([c.MUTATE_PATH, c.VALIDATE_PATH, *(more or {})])} take admission.k8s.io/v1 "
+        "AdmissionReviews.",
         docs_url=None,
         redoc_url=None,
     )

@@ -38,33 +38,31 @@ class Settings(BaseSettings):
     cert_secret: str | None = None
     pod_namespace: str = "raykueue-system"
     cert_secret_poll_seconds: float = 10.0
-    # Write our CA into the two webhook configurations' caBundle (in-cluster
+    # Write our CA into the three webhook configurations' caBundle (in-cluster
     # installs; tests register their own webhooks with the CA they generated).
     # With cert_secret only the leader writes; a reset caBundle is put back
     # within min(cert_secret_poll_seconds, ca_bundle_interval_seconds).
     inject_ca_bundle: bool = False
     ca_bundle_interval_seconds: float = 60.0
-    # A CA rotation reissues the serving pair only after both configurations'
-    # caBundle have held the new CA this long (the API server applies a
+    # A CA rotation reissues the serving pair only after every configuration's
+    # caBundle has held the new CA this long (the API server applies a
     # changed configuration through a watch, a moment after our read-back).
     ca_trust_settle_seconds: float = 5.0
     log_level: str = "INFO"
     # Seconds an idle client connection stays open (uvicorn's own default is 5).
-    # The API server keeps its idle webhook connections 90 s: its webhook client
-    # (k8s.io/apiserver v0.36.3 pkg/util/webhook/client.go:138) gets its transport
-    # from client-go (transport/cache.go:147), whose SetTransportDefaults takes
-    # IdleConnTimeout from Go's http.DefaultTransport (k8s.io/apimachinery v0.36.3
-    # pkg/util/net/http.go:123-124), 90 s (Go 1.26 net/http/transport.go:54).
-    # Closing sooner makes the first call after a pause pay a new TLS handshake;
-    # longer means the API server is the one that closes, never us mid-request.
+    # The API server keeps its idle webhook connections 90 s (client-go's
+    # transport takes IdleConnTimeout from Go's http.DefaultTransport; where, in
+    # bench/RESULTS.md). Closing sooner makes the first call after a pause pay a
+    # new TLS handshake; longer means the API server is the one that closes,
+    # never us mid-request.
     keep_alive_seconds: int = Field(default=120, gt=0)
     # How long a thread may hold the GIL before one that waits for it asks for a
     # turn (sys.setswitchinterval; Python's own default is 5 ms). The event loop
     # that answers the API server shares the process with the controller's watch
     # and worker threads: a review that arrives while they parse and decide waits
-    # up to this long, per thread ahead of it, before its handler runs. At 0.5 ms
-    # the API server saw raykueue's webhook p50 5% above the bare-ASGI ceiling's,
-    # against 17% at 5 ms, side by side in one run (bench/RESULTS.md).
+    # up to this long, per thread ahead of it, before its handler runs. 0.5 ms
+    # brought the webhook's p50, as the API server measures it, closer to a
+    # bare-ASGI server's than Python's 5 ms did (the runs: bench/RESULTS.md).
     switch_interval_ms: float = Field(default=0.5, gt=0)
 
     # --- cluster ---------------------------------------------------------------

@@ -66,14 +66,15 @@ def _names(names: Names) -> list[str]:
 
 
 def _targets(mutating_names: Names, validating_names: Names) -> list[tuple[Resource, str]]:
-    """The configurations to fill: raykueue registers two mutating ones (before and after Kueue's)."""
+    """The configurations to fill: raykueue registers two mutating ones (before and after
+    Kueue's) and one validating one."""
     return [(MUTATING_WEBHOOK_CONFIGURATIONS, n) for n in _names(mutating_names) if n] + \
         [(VALIDATING_WEBHOOK_CONFIGURATIONS, n) for n in _names(validating_names) if n]
 
 
 def configs_trust(rest: Rest, ca_pem: bytes, mutating_name: Names,
                   validating_name: Names) -> bool:
-    """Whether both configurations, as the API serves them now, trust `ca_pem`.
+    """Whether every configuration, as the API serves it now, trusts `ca_pem`.
 
     A configuration that does not exist counts as trusting: nothing calls a
     webhook that is not registered, so nothing can fail for it.
@@ -92,7 +93,7 @@ def configs_trust(rest: Rest, ca_pem: bytes, mutating_name: Names,
 
 def inject_ca_bundle(rest: Rest, ca_pem: bytes, mutating_name: Names,
                      validating_name: Names) -> int:
-    """Set caBundle on both configurations; returns how many webhooks changed.
+    """Set caBundle on every configuration; returns how many webhooks changed.
 
     A configuration that does not exist (not installed yet, or this install
     has only one kind) is skipped with a warning; other API errors raise.

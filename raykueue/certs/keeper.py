@@ -5,11 +5,11 @@ mounted volume, which kubelet refreshes only every minute or so) and hands
 what it holds, as bytes, to `on_material` (the server loads it into its TLS
 context; see `certs.serving`). The replica holding the Lease also creates
 and rotates the Secret (`certs.secret.reconcile_secret`) and puts its CA
-bundle into both webhook configurations, which repairs a caBundle someone
+bundle into each of raykueue's webhook configurations, which repairs a caBundle someone
 reset within one tick.
 
 A staged CA rotation (see `certs.rotation`) moves on to the new serving
-certificate only after both configurations have trusted the new CA for
+certificate only after every one of them has trusted the new CA for
 `settle_seconds`, read back from the API. The stage and the time trust was
 first seen are kept in the Secret, not here: a new leader carries on.
 """

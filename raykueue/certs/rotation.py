@@ -5,8 +5,8 @@ certificate it does not trust:
 
 1. "trust": a new CA is issued and joins `ca.crt` (behind the signing CA);
    its key waits in `next-ca.key`, and the serving pair is left as it is.
-   The leader injects the grown bundle into both webhook configurations.
-2. "settle": both configurations' caBundle hold the new CA, read back from
+   The leader injects the grown bundle into every webhook configuration.
+2. "settle": every configuration's caBundle holds the new CA, read back from
    the API (see `certs.inject.configs_trust`) at the time recorded. The API
    server applies a changed configuration through a watch, a moment after
    that read; should either stop trusting it meanwhile, back to "trust".
@@ -361,7 +361,7 @@ def _wait_for_trust(stored: Mapping[str, bytes], stage: Stage, trusted: bool, no
                     next_crt: bytes, current: Material | None) -> Plan:
     """Record trust gained (the settle time starts) or lost (it starts over); else wait."""
     if trusted:
-        new, reason = Stage(STAGE_SETTLE, now), "both webhook configurations trust the new CA"
+        new, reason = Stage(STAGE_SETTLE, now), "every webhook configuration trusts the new CA"
     elif stage.since is not None:
         new, reason = Stage(STAGE_TRUST), "a webhook configuration no longer trusts the new CA"
     else:

@@ -161,7 +161,7 @@ def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iter
                      labels: Mapping[str, str] | None = None) -> tuple[Material | None, bytes | None]:
     """The leader's step: create or advance the Secret; returns (material to serve, pending CA).
 
-    `pending_trusted(ca_pem)` says whether both webhook configurations trust
+    `pending_trusted(ca_pem)` says whether every webhook configuration of raykueue's trusts
     a pending CA; it is asked only while a CA rotation waits on it, and the
     switch waits `settle` after trust was first recorded in the Secret. Races with
     another writer resolve through AlreadyExists and resourceVersion
@@ -253,10 +253,10 @@ def describe(secret: Mapping[str, Any], now: datetime | None = None) -> list[str
         stage = Stage.decode(stored.get(ROTATION))
         if stage.since is None:
             lines.append("rotation: new CA staged in the bundle (stage trust); the serving "
-                         "certificate moves to it once both webhook configurations trust it")
+                         "certificate moves to it once every webhook configuration trusts it")
         else:
-            lines.append("rotation: new CA staged in the bundle and trusted by both webhook "
-                         f"configurations since {stage.since:%Y-%m-%dT%H:%M:%SZ} (stage settle); "
+            lines.append("rotation: new CA staged in the bundle and trusted by every webhook "
+                         f"configuration since {stage.since:%Y-%m-%dT%H:%M:%SZ} (stage settle); "
                          "the serving certificate moves to it next")
     request = rotate_request(secret)
     if request:

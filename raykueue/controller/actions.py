@@ -99,7 +99,12 @@ class Wait:
     """Nothing to write; says what the pod waits for (logs, explain)."""
 
     reason: str
+    # WAIT_FOR_HEAD, or "": the stuck-gate report counts a worker waiting for
+    # its head apart from one that should have had a Workload by now.
+    kind: str = ""
 
+
+WAIT_FOR_HEAD: Final = "head"
 
 Action = (CreateWorkload | LiftGate | SetPodsReady | FinishWorkload | DeleteWorkload | EvictPod
           | ReportConflict | Warn | Wait | SetReclaimable)

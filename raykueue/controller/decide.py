@@ -27,6 +27,7 @@ from raykueue.controller.actions import (
     FINISHED_OWNER_NOT_FOUND,
     FINISHED_POD_DELETED,
     FINISHED_SUCCEEDED,
+    WAIT_FOR_HEAD,
     WARN_FINISHED_WHILE_GATED,
     WARN_LABEL_REMOVED,
     WARN_NO_QUEUE,
@@ -42,6 +43,7 @@ from raykueue.controller.actions import (
     Wait,
     Warn,
 )
+from raykueue.controller.current import claims
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.pods import kueue_claims, role_of
@@ -72,17 +74,12 @@ class Context:
 
 
 def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Action]:
-    pod_uid = p.uid(pod) if pod is not None else ""
-    ours: list[Obj] = []
-    foreign: list[Obj] = []
+    found = claims(pod, workloads)
     actions: list[Action] = []
-    for wl in workloads:
-        if pod_uid and w.pod_uid_of(wl) == pod_uid:
-            (ours if w.is_ours(wl) else foreign).append(wl)
-        elif w.is_ours(wl):
-            # Ours, but for a pod that no longer exists (a namesake may): the
-            # pod vanished while we were down, or before we finished it.
-            actions += _vanished(wl, ctx) if pod is None else _owner_gone(wl)
+    for wl in found.stale:
+        # Ours, but for a pod that no longer exists (a namesake may): the
+        # pod vanished while we were down, or before we finished it.
+        actions += _vanished(wl, ctx) if pod is None else _owner_gone(wl)
     if pod is None:
         return actions
 
@@ -92,16 +89,16 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
             CONFLICT_KUEUE_POD,
             f"pod {p.name(pod)} {claim}: Kueue's pod integration manages it, so raykueue "
             "leaves it alone; disable one of the two for this pod")]
-    if foreign:
-        names = ", ".join(sorted(p.name(x) for x in foreign))
+    if found.foreign:
+        names = ", ".join(sorted(p.name(x) for x in found.foreign))
         return [*actions, ReportConflict(
             CONFLICT_KUEUE_WORKLOAD,
             f"pod {p.name(pod)} is owned by Workload {names} not created by raykueue "
             f"(no {c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE} label); its quota would be "
             "counted twice, so raykueue leaves the pod alone")]
 
-    current, duplicates = _pick(pod, ours)
-    for dup in duplicates:
+    current = found.current
+    for dup in found.duplicates:
         actions += _finish(dup, FINISHED_DUPLICATE,
                            f"a second Workload for pod {p.name(pod)}; {p.name(current)} is kept"
                            if current is not None else "duplicate Workload")
@@ -171,7 +168,7 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
         return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
     role = role_of(pod) or c.ROLE_WORKER
     if role == c.ROLE_WORKER and ctx.head_first and not ctx.head_admitted:
-        return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet")]
+        return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet", WAIT_FOR_HEAD)]
     if not labels(pod).get(c.QUEUE_LABEL):
         return [Warn(WARN_NO_QUEUE,
                      f"pod {p.name(pod)} has no {c.QUEUE_LABEL} label, so Kueue would never "
@@ -308,21 +305,6 @@ def end_of_pod(pod: Obj) -> tuple[str, str]:
     return FINISHED_POD_DELETED, f"pod {p.name(pod)} is being deleted; quota released"
 
 
-def _pick(pod: Obj, ours: list[Obj]) -> tuple[Obj | None, list[Obj]]:
-    """The pod's Workload and any extras.
-
-    Only the deterministic name can be the pod's Workload: we never create
-    another, so any other that names the pod is a stray (or a forgery, see
-    `workload.mismatch`) and is finished rather than trusted.
-    """
-    expected = w.workload_name(pod)
-    named = [x for x in ours if p.name(x) == expected]
-    current = next((x for x in named if not w.is_deleting(x)), named[0] if named else None)
-    extras = [x for x in ours if p.name(x) != expected and not w.is_deleting(x)]
-    extras.sort(key=lambda x: (str(metadata(x).get("creationTimestamp")), p.name(x)))
-    return current, extras
-
-
 def _pending_reason(wl: Obj) -> str:
     for type_ in (w.QUOTA_RESERVED, w.ADMITTED):
         cond = w.condition(wl, type_)
@@ -331,7 +313,6 @@ def _pending_reason(wl: Obj) -> str:
     if w.is_quota_reserved(wl):
         return "quota reserved, admission checks pending"
     return "waiting for Kueue to admit the Workload"
-
 
 
 def _owner_name(wl: Obj) -> str:

@@ -1,9 +1,10 @@
 """`raykueue explain POD`: why a pod is still gated, in words.
 
-`explain` is pure: it renders what the caller read. `explain_pod` does the
-reads (a handful of GETs and one LIST, as the CLI's user) and calls it. The
-verdict line comes from `decide` itself, so the explanation cannot drift from
-what the controller does.
+`explain` is pure: it renders the facts the caller gathered. `explain_pod`
+gathers them live (`live.ApiSource`: a handful of GETs and LISTs, as the CLI's
+user) with the same `facts.gather` the controller's pass uses, and its verdict
+line is the stuck-gate report's (`verdict.verdict`, from `decide` itself), so
+the explanation cannot drift from what the controller does.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raykueue.controller import actions as a
 from raykueue.controller import admission as adm
 from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller.current import claims
+from raykueue.controller.facts import Facts, gather
+from raykueue.controller.live import ApiSource, get, items
+from raykueue.controller.verdict import verdict
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.pods import role_of
@@ -48,41 +52,17 @@ def queue_position(wl: Obj, peers: Sequence[Obj]) -> tuple[int, int] | None:
     return index + 1, len(pending)
 
 
-def verdict(pod: Obj, workloads: Sequence[Obj], ctx: d.Context) -> str:
-    """One sentence: what stands between this pod and running."""
-    actions = d.decide(pod, workloads, ctx)
-    for action in actions:
-        if isinstance(action, a.ReportConflict | a.Warn):
-            return action.message
-    for action in actions:
-        if isinstance(action, a.Wait):
-            return f"waiting: {action.reason}"
-        if isinstance(action, a.CreateWorkload):
-            return ("no Workload yet: raykueue's controller has not created it; is the "
-                    "controller running (one replica holds the lease)?")
-        if isinstance(action, a.LiftGate):
-            return ("admitted: the controller lifts the gate next (if this persists, is the "
-                    "controller running?)")
-        if isinstance(action, a.EvictPod):
-            return f"evicted by Kueue ({action.reason}): the pod is about to be deleted"
-        if isinstance(action, a.FinishWorkload):
-            return f"finishing its Workload: {action.message}"
-        if isinstance(action, a.DeleteWorkload):
-            return f"deleting its Workload: {action.message}"
-    if p.is_gated(pod):
-        return "gated, nothing pending on raykueue's side"
-    return "not gated: the scheduler places it (or already did)"
-
-
-def explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None = None,
-            local_queue: Obj | None = None, *, others: Sequence[Obj] = (),
-            queue_peers: Sequence[Obj] = (), context: d.Context | None = None,
+def explain(facts: Facts, cluster_queue: Obj | None = None, local_queue: Obj | None = None, *,
+            shown: Obj | None = None, queue_peers: Sequence[Obj] = (),
             kueue_position: Obj | None = None, setup_notes: Sequence[str] = (),
             gang: str | None = None) -> str:
-    """Render one pod's state; `kueue_position` is its entry in Kueue's visibility API;
-    `gang` is the pod's place in its gang (`gang_decide.describe`)."""
-    text = _explain(pod, workload, cluster_queue, local_queue, others, queue_peers, context,
-                    kueue_position)
+    """Render one pod's state from its gathered facts (`facts.pod` is there).
+
+    The Workload shown is the pod's own (`current.claims`), else one of Kueue's
+    for it, unless `shown` names another (a gang's base, for a pod in the base);
+    `kueue_position` is its entry in Kueue's visibility API; `gang` is the pod's
+    place in its gang (`gang_decide.describe`)."""
+    text = _explain(facts, shown, cluster_queue, local_queue, queue_peers, kueue_position)
     if gang:
         first, rest = text.split("\n", 1)
         text = f"{first}\n  gang:       {gang}\n{rest}"
@@ -91,17 +71,22 @@ def explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None = None,
     return text
 
 
-def _explain(pod: Obj, workload: Obj | None, cluster_queue: Obj | None, local_queue: Obj | None,
-             others: Sequence[Obj], queue_peers: Sequence[Obj], context: d.Context | None,
-             kueue_position: Obj | None) -> str:
+def _explain(facts: Facts, shown: Obj | None, cluster_queue: Obj | None,
+             local_queue: Obj | None, queue_peers: Sequence[Obj], kueue_position: Obj | None) -> str:
+    pod = facts.pod
+    assert pod is not None, "explain renders a pod"
     ns, name = p.key(pod)
     role = role_of(pod) or "not a Ray head or worker"
     cluster = p.cluster(pod)
     lines = [f"Pod {ns}/{name}: {role}" + (f" of Ray cluster {cluster}" if cluster else "")]
     gated = p.is_gated(pod)
     lines.append(f"  gate:       {c.GATE} " + ("present" if gated else "lifted (or never set)"))
-    owned = [x for x in [workload, *others] if x is not None]
-    lines.append(f"  verdict:    {verdict(pod, owned, context or d.Context())}")
+    lines.append(f"  verdict:    {verdict(facts).text}")
+    found = claims(pod, facts.workloads)
+    if found.duplicates:
+        lines.append(f"  duplicates: {', '.join(p.name(x) for x in found.duplicates)} "
+                     "(ours for this pod under another name: the controller finishes them)")
+    workload = shown or found.current or next(iter(found.foreign), None)
 
     if workload is None:
         lines.append("  Workload:   none")
@@ -152,47 +137,41 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
         raise
     version = next((v for v in w.VERSIONS if v in r.served_versions(rest, c.KUEUE_GROUP)), None)
     if version is None:
-        return explain(pod, None) + "\n  Kueue:      kueue.x-k8s.io is not served; is Kueue installed?"
-    res = r.crd(c.KUEUE_GROUP, version, "workloads")
-    items = _items(rest.get(res.path(namespace)))
-    uid = p.uid(pod)
-    mine = [x for x in items if w.pod_uid_of(x) == uid]
-    ours = [x for x in mine if w.is_ours(x)]
-    workload = next((x for x in ours if p.name(x) == w.workload_name(pod)), None) or (
-        ours[0] if ours else None)
-    others = [x for x in mine if x is not workload]
-    if workload is None and others:
-        workload, others = others[0], others[1:]
-    gang = _gang(rest, namespace, pod, items, workload) if gd.is_gang_pod(pod) else None
-    if gang is not None and workload is None:
-        workload = gang[1]  # a base pod: the base is what Kueue queues for it
+        return (explain(Facts(pod, [], d.Context()))
+                + "\n  Kueue:      kueue.x-k8s.io is not served; is Kueue installed?")
+    workloads = items(rest.get(r.crd(c.KUEUE_GROUP, version, "workloads").path(namespace)))
+    # head_first as the controller's default; the CLI cannot see the server's setting.
+    facts = gather(ApiSource(rest, version, workloads), pod, d.Context(version=version))
+    found = claims(pod, facts.workloads)
+    shown = found.current or next(iter(found.foreign), None)
+    gang = _gang(rest, namespace, pod, workloads, found.current) if gd.is_gang_pod(pod) else None
+    if gang is not None and shown is None:
+        shown = gang[1]  # a base pod: the base is what Kueue queues for it
 
-    queue = w.queue_name(workload) if workload is not None else labels(pod).get(c.QUEUE_LABEL)
-    local_queue = _get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(namespace, queue)
-                       ) if queue else None
-    cq_name = (adm.cluster_queue(workload) if workload is not None else None) or (
+    queue = w.queue_name(shown) if shown is not None else labels(pod).get(c.QUEUE_LABEL)
+    local_queue = get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(namespace, queue)
+                      ) if queue else None
+    cq_name = (adm.cluster_queue(shown) if shown is not None else None) or (
         (local_queue or {}).get("spec", {}).get("clusterQueue"))
-    cluster_queue = _get(rest, r.crd(c.KUEUE_GROUP, version, "clusterqueues",
-                                     namespaced=False).path(None, cq_name)) if cq_name else None
-
-    context = _context(rest, version, namespace, pod, workload, items)
-    kueue_position = _visible_position(rest, namespace, queue, workload) if queue else None
-    return explain(pod, workload, cluster_queue, local_queue, others=others, queue_peers=items,
-                   context=context, kueue_position=kueue_position, setup_notes=setup_notes,
+    cluster_queue = get(rest, r.crd(c.KUEUE_GROUP, version, "clusterqueues",
+                                    namespaced=False).path(None, cq_name)) if cq_name else None
+    kueue_position = _visible_position(rest, namespace, queue, shown) if queue else None
+    return explain(facts, cluster_queue, local_queue, shown=shown, queue_peers=workloads,
+                   kueue_position=kueue_position, setup_notes=setup_notes,
                    gang=gang[0] if gang is not None else None)
 
 
-def _gang(rest: Rest, namespace: str, pod: Obj, items: Sequence[Obj],
+def _gang(rest: Rest, namespace: str, pod: Obj, workloads: Sequence[Obj],
           own: Obj | None) -> tuple[str, Obj | None]:
     """The pod's place in its gang and what the gang waits for; the base Workload."""
     cluster = str(labels(pod).get(c.GANG_LABEL))
-    members = [x for x in _items(rest.get(r.PODS.path(namespace), {
+    members = [x for x in items(rest.get(r.PODS.path(namespace), {
         "labelSelector": f"{c.GANG_LABEL}={cluster}"})) if gd.is_gang_pod(x)]
-    owned = {p.uid(x): wl for x in members for wl in items
+    owned = {p.uid(x): wl for x in members for wl in workloads
              if w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(x) and not w.is_deleting(wl)
              and not w.is_finished(wl)}
-    base = next((x for x in items if gd.is_base(x) and labels(x).get(c.GANG_LABEL) == cluster),
-                None)
+    base = next((x for x in workloads
+                 if gd.is_base(x) and labels(x).get(c.GANG_LABEL) == cluster), None)
     _, plan = gd.decide_gang(members, owned, base, gd.GangContext())
     return gd.describe(pod, plan, own is not None and own is owned.get(p.uid(pod))), base
 
@@ -206,53 +185,7 @@ def _visible_position(rest: Rest, namespace: str, queue: str, workload: Obj | No
         listing = rest.get(path)
     except ApiError:
         return None  # not served (no aggregation layer, feature off) or not allowed: estimate instead
-    return next((x for x in _items(listing) if p.name(x) == p.name(workload)), None)
-
-
-# --- reads --------------------------------------------------------------------------
-
-
-def _context(rest: Rest, version: str, namespace: str, pod: Obj, workload: Obj | None,
-             items: Sequence[Obj]) -> d.Context:
-    priority_values: dict[str, int] = {}
-    class_name = labels(pod).get(c.PRIORITY_CLASS_LABEL)
-    if class_name:
-        wpc = _get(rest, r.crd(c.KUEUE_GROUP, version, "workloadpriorityclasses",
-                               namespaced=False).path(None, class_name))
-        if wpc is not None and isinstance(wpc.get("value"), int):
-            priority_values[class_name] = wpc["value"]
-    flavors: dict[str, Obj] = {}
-    for flavor in adm.assigned_flavors(workload) if workload is not None else []:
-        found = _get(rest, r.crd(c.KUEUE_GROUP, version, "resourceflavors",
-                                 namespaced=False).path(None, flavor))
-        if found is not None:
-            flavors[flavor] = found
-    head_ok = False
-    cluster = p.cluster(pod)
-    if role_of(pod) == c.ROLE_WORKER and cluster:
-        heads = _items(rest.get(r.PODS.path(namespace), {
-            "labelSelector": f"{c.CLUSTER_LABEL}={cluster},{c.NODE_TYPE_LABEL}={c.ROLE_HEAD}"}))
-        pairs = [(h, next((x for x in items if w.pod_uid_of(x) == p.uid(h) and w.is_ours(x)),
-                          None)) for h in heads]
-        head_ok = d.head_admitted(pairs)
-    # head_first as the controller's default; the CLI cannot see the server's setting.
-    return d.Context(version=version, head_admitted=head_ok, flavors=flavors,
-                     priority_values=priority_values)
-
-
-def _get(rest: Rest, path: str) -> Obj | None:
-    try:
-        found = rest.get(path)
-    except ApiError as exc:
-        if exc.is_not_found or exc.status == 403:
-            return None
-        raise
-    return found if isinstance(found, dict) else None
-
-
-def _items(listing: Any) -> list[Obj]:
-    items = listing.get("items") if isinstance(listing, dict) else None
-    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+    return next((x for x in items(listing) if p.name(x) == p.name(workload)), None)
 
 
 # --- rendering helpers -------------------------------------------------------------------

@@ -114,8 +114,8 @@ class Controller:
                 return
             assert self.caches is not None
             workers.append(StuckGates(
-                self.caches.pods.list, self.caches.workloads.list, head_first=self.config.head_first,
-                grace_seconds=self.config.stuck_grace_seconds, context=self._reader.context_for,
+                self.caches.pods.list, self._reader.sweep,
+                grace_seconds=self.config.stuck_grace_seconds,
                 record=self._env.event_once, requeue=lambda pod: self.queue.add(p.key(pod)),
                 clock=self._clock).start(stop, self.config.stuck_interval_seconds))
             for i in range(self.config.workers):

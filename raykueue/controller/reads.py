@@ -1,16 +1,18 @@
 """Every fact `decide` needs about one pod key, read before it runs.
 
-From the caches, through the state's read-your-writes overlay: the pod, the
-Workloads that name it, its cluster's heads, the flavors and priority classes.
-From the state: the pod's last state once it left the cache. From the API
-server, and only when those do not settle it (`decide.needs_live_pod`): whether
-a pod of that name still exists, which tells a deleted pod from one that merely
-lost our label.
+`Reader` is the `facts.Source` over the controller's caches, read through the
+state's read-your-writes overlay: the Workloads that name a pod, its cluster's
+heads, the flavors and priority classes; `facts.gather` does the rest, as it
+does for `raykueue explain`. For a pod gone from the cache: its last state,
+from the state, and from the API server, only when those do not settle it
+(`decide.needs_live_pod`), whether a pod of that name still exists, which
+tells a deleted pod from one that merely lost our label.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
@@ -18,6 +20,8 @@ from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.caches import Caches
 from raykueue.controller.config import ControllerConfig
+from raykueue.controller.current import names_pod
+from raykueue.controller.facts import Facts, gather
 from raykueue.controller.retry import Retry
 from raykueue.controller.state import ORPHANS, Key, State
 from raykueue.core import contract as c
@@ -27,15 +31,6 @@ from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 
 _RAYCLUSTERS = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
-
-
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What one pass decides on."""
-
-    pod: Obj | None
-    workloads: list[Obj]
-    ctx: d.Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +51,49 @@ class Reader:
         self.state = state
         self.config = config
         self.version = version
+        self._settings = d.Context(version=version, head_first=config.head_first,
+                                   pods_ready=config.pods_ready)
 
     def read(self, key: Key) -> Facts:
         pod = self.pod(key)
-        workloads = self.workloads_named_for(key, pod)
-        departed = self.state.departed(key) if pod is None else None
+        if pod is not None:
+            return self.facts(pod)
+        workloads = self.workloads_named_for(key, None)
+        departed = self.state.departed(key)
         live_uid: str | None = None
-        if pod is None and key[1] != ORPHANS and d.needs_live_pod(workloads, departed):
+        if key[1] != ORPHANS and d.needs_live_pod(workloads, departed):
             live_uid = self._live_pod_uid(key)
-        return Facts(pod, workloads, self._context(pod, departed, live_uid))
+        return Facts(None, workloads, replace(self._settings, departed=departed,
+                                              live_pod_uid=live_uid))
+
+    def facts(self, pod: Obj) -> Facts:
+        """The facts about a pod in the cache, for the loop's pass."""
+        return gather(self, pod, self._settings)
+
+    def sweep(self) -> Callable[[Obj], Facts]:
+        """The facts about many pods at one moment (the stuck-gate report):
+        each cluster's heads are judged once."""
+        heads_seen: dict[tuple[str, str], bool] = {}
+        return lambda pod: gather(self, pod, self._settings, heads_seen)
+
+    # --- facts.Source ---------------------------------------------------------------
+
+    def workloads_of(self, pod: Obj) -> list[Obj]:
+        return self.workloads_named_for(p.key(pod), pod)
+
+    def heads(self, namespace: str, cluster: str) -> list[Obj]:
+        found = (self.pod((namespace, name)) for name in self.state.heads(namespace, cluster))
+        return [x for x in found if x is not None]
+
+    def flavor(self, name: str) -> Obj | None:
+        return self.caches.flavors.get(None, name)
+
+    def priority_value(self, class_name: str) -> int | None:
+        found = self.caches.priority_classes.get(None, class_name)
+        value = found.get("value") if found is not None else None
+        return value if isinstance(value, int) else None
+
+    # --- the caches through the overlay -------------------------------------------------
 
     def pod(self, key: Key) -> Obj | None:
         return self.state.read("pod", key, self.caches.pods.get(key[0], key[1]))
@@ -86,17 +115,15 @@ class Reader:
             if wl is None:
                 continue
             owner = w.owner_pod(wl)
-            if owner is not None:
-                if owner[0] == pod_name:
-                    found.append(wl)
-            elif not w.is_ours(wl) or labels(wl).get(c.GANG_LABEL):
-                # Not ours, or a gang's base (its cluster's pass handles it).
-                continue
-            elif pod is not None:
-                # Its owner reference was removed by hand: our label still says whose it is.
-                if w.pod_uid_of(wl) == p.uid(pod):
-                    found.append(wl)
-            elif pod_name == ORPHANS and w.pod_uid_of(wl) not in live_uids:
+            if pod is not None:
+                keep = names_pod(wl, pod_name, p.uid(pod))
+            elif owner is not None:
+                keep = owner[0] == pod_name
+            else:
+                # The ORPHANS pass: ours, no owner reference, for no pod in the cache.
+                keep = (pod_name == ORPHANS and w.is_ours(wl) and not labels(wl).get(c.GANG_LABEL)
+                        and w.pod_uid_of(wl) not in live_uids)
+            if keep:
                 found.append(wl)
         return found
 
@@ -114,12 +141,11 @@ class Reader:
         ref = next((r for r in map(gd.raycluster_ref, pods) if r is not None), None)
         if ref is not None:
             base = self.workload(ns, gd.base_name(cluster, str(ref["uid"])))
-        ctx = self._context(None, None, None)
         live_head = any(role_of(x) == c.ROLE_HEAD and not p.is_deleting(x) for x in pods)
         gone = ref is not None and base is not None and not live_head and self._cluster_gone(ns, ref)
         return GangFacts(pods, own, base, gd.GangContext(
-            version=self.version, pods_ready=self.config.pods_ready, flavors=ctx.flavors,
-            priority_values=ctx.priority_values, cluster_gone=gone))
+            version=self.version, pods_ready=self.config.pods_ready, flavors=self._flavors(),
+            priority_values=self._priority_values(), cluster_gone=gone))
 
     def _cluster_gone(self, ns: str, ref: Obj) -> bool:
         """Whether the gang's RayCluster is deleted or being deleted (a live GET, head gone only)."""
@@ -141,37 +167,13 @@ class Reader:
             raise Retry(f"checking whether the pod still exists: {exc}") from exc
         return p.uid(live) if isinstance(live, dict) else None
 
-    def _head_admitted(self, pod: Obj) -> bool:
-        ns = p.key(pod)[0]
-        cluster = p.cluster(pod)
-        if not cluster:
-            return False
-        heads: list[tuple[Obj, Obj | None]] = []
-        for name in self.state.heads(ns, cluster):
-            other = self.pod((ns, name))
-            if other is None or role_of(other) != c.ROLE_HEAD:
-                continue
-            mine = [x for x in self.workloads_named_for((ns, name), other)
-                    if w.pod_uid_of(x) == p.uid(other) and w.is_ours(x)]
-            heads.append((other, mine[0] if mine else None))
-        return d.head_admitted(heads)
+    def _flavors(self) -> dict[str, Obj]:
+        return {str(metadata(f).get("name")): f for f in self.caches.flavors.list()}
 
-    def context_for(self, pod: Obj) -> d.Context:
-        """The decision context of a pod alone (stuck-gates reports ask why it has no Workload)."""
-        return self._context(pod, None, None)
-
-    def _context(self, pod: Obj | None, departed: Obj | None, live_uid: str | None) -> d.Context:
-        flavors = {str(metadata(f).get("name")): f for f in self.caches.flavors.list()}
+    def _priority_values(self) -> dict[str, int]:
         values: dict[str, int] = {}
         for pc in self.caches.priority_classes.list():
             value = pc.get("value")
             if isinstance(value, int):
                 values[str(metadata(pc).get("name"))] = value
-        head_ok = False
-        if (pod is not None and self.config.head_first and role_of(pod) == c.ROLE_WORKER
-                and p.is_gated(pod)):
-            head_ok = self._head_admitted(pod)
-        return d.Context(version=self.version, head_first=self.config.head_first,
-                         pods_ready=self.config.pods_ready, head_admitted=head_ok,
-                         flavors=flavors, priority_values=values, departed=departed,
-                         live_pod_uid=live_uid)
+        return values

@@ -1,11 +1,13 @@
 """Stuck gates: how long the oldest gated pod has waited, per queue and why.
 
-`gated(pods, workloads, now, head_first=...)` is pure: it sorts every gated pod
-into one of three reasons and ages it from its creation. `StuckGates` runs it
-on the controller's caches every few seconds, exports the oldest age per
-(queue, reason) as `raykueue_gated_pod_oldest_age_seconds`, and sends a pod
-that has waited past the grace period without a Workload one Event saying
+`gated(pods, facts_of, now)` sorts every gated pod into one of the verdict's
+three reasons (`verdict.REASONS`) and ages it from its creation. `StuckGates`
+runs it on the controller's caches every few seconds, exports the oldest age
+per (queue, reason) as `raykueue_gated_pod_oldest_age_seconds`, and sends a
+pod that has waited past the grace period without a Workload one Event saying
 why (and queues it again, so that it gets one if nothing stands in the way).
+The reason and the words are the verdict `raykueue explain` prints, on the
+facts the controller's own pass reads.
 """
 
 from __future__ import annotations
@@ -17,27 +19,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from raykueue.controller import decide as d
+from raykueue.controller import actions as a
 from raykueue.controller import metrics as m
 from raykueue.controller import pods as p
-from raykueue.controller import workload as w
-from raykueue.controller.explain import verdict
+from raykueue.controller import verdict as v
+from raykueue.controller.facts import Facts
 from raykueue.core import contract as c
 from raykueue.core.clock import parse_time
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import role_of
 from raykueue.kube.events import WARNING
 
 log = logging.getLogger("raykueue.controller.stuck")
-
-# Its Workload exists: Kueue has not admitted it (or the gate is about to go).
-WAITING_FOR_QUOTA: Final = "waiting_for_quota"
-# A worker whose cluster's head is not admitted yet (head-first): no Workload by design.
-WAITING_FOR_HEAD: Final = "waiting_for_head"
-# No Workload and nothing in the design that explains it: a missing queue label or
-# WorkloadPriorityClass, a conflict with Kueue, or Workload creation failing.
-NO_WORKLOAD: Final = "no_workload"
-REASONS: Final = (WAITING_FOR_QUOTA, WAITING_FOR_HEAD, NO_WORKLOAD)
 
 EVENT_REASON: Final = "GatedWithoutWorkload"
 
@@ -46,50 +38,35 @@ EVENT_REASON: Final = "GatedWithoutWorkload"
 class Gated:
     pod: Obj
     queue: str  # "" when the pod has no queue label
-    reason: str
+    reason: str  # one of verdict.REASONS
     age: float  # seconds since the pod was created
-    workloads: tuple[Obj, ...]  # every Workload that names this pod (ours or not)
+    facts: Facts | None = None  # what the reason was read from
+
+    def why(self) -> str:
+        """The verdict's sentence, in the controller's voice."""
+        assert self.facts is not None
+        found = v.verdict(self.facts)
+        if isinstance(found.action, a.CreateWorkload):
+            # Said by the controller itself, so not the verdict's "is the controller running?".
+            return ("creating its Workload has not succeeded yet; the controller retries "
+                    "(its log says why)")
+        return found.text
 
 
-def gated(pods: Iterable[Obj], workloads: Iterable[Obj], now: float, *,
-          head_first: bool) -> list[Gated]:
+def gated(pods: Iterable[Obj], facts_of: Callable[[Obj], Facts], now: float) -> list[Gated]:
     """Every pod still behind raykueue's gate, with why and for how long.
 
     Pods being deleted or already ended are not waiting for anything.
     """
-    pods = list(pods)
-    live = [x for x in pods if p.is_gated(x) and not p.is_deleting(x) and not p.is_terminal(x)]
-    by_pod: dict[str, list[Obj]] = {}
-    for wl in workloads:
-        uid = w.pod_uid_of(wl)
-        if uid:
-            by_pod.setdefault(uid, []).append(wl)
-    heads: dict[tuple[str, str], list[Obj]] = {}
-    for pod in pods:
-        cluster = p.cluster(pod)
-        if cluster and role_of(pod) == c.ROLE_HEAD:
-            heads.setdefault((p.key(pod)[0], cluster), []).append(pod)
-
-    def head_admitted(pod: Obj) -> bool:
-        cluster = p.cluster(pod)
-        found = heads.get((p.key(pod)[0], cluster), []) if cluster else []
-        # As the loop judges it: each head with its own Workload, finished or not.
-        return d.head_admitted((h, next((x for x in by_pod.get(p.uid(h), ()) if w.is_ours(x)), None))
-                               for h in found)
-
     out: list[Gated] = []
-    for pod in live:
-        named = tuple(by_pod.get(p.uid(pod), ()))
-        if _current(named) is not None:
-            reason = WAITING_FOR_QUOTA
-        elif (head_first and role_of(pod) == c.ROLE_WORKER and not named
-              and not head_admitted(pod)):
-            reason = WAITING_FOR_HEAD
-        else:
-            reason = NO_WORKLOAD
+    for pod in pods:
+        if not p.is_gated(pod) or p.is_deleting(pod) or p.is_terminal(pod):
+            continue
+        facts = facts_of(pod)
         created = parse_time(metadata(pod).get("creationTimestamp"))
         age = max(now - created.timestamp(), 0.0) if created is not None else 0.0
-        out.append(Gated(pod, str(labels(pod).get(c.QUEUE_LABEL) or ""), reason, age, named))
+        out.append(Gated(pod, str(labels(pod).get(c.QUEUE_LABEL) or ""), v.reason(facts), age,
+                         facts))
     return out
 
 
@@ -104,48 +81,31 @@ def oldest(items: Iterable[Gated]) -> dict[tuple[str, str], float]:
 
 def overdue(items: Iterable[Gated], grace_seconds: float) -> list[Gated]:
     """Pods past the grace period without a Workload and without a reason by design."""
-    return [x for x in items if x.reason == NO_WORKLOAD and x.age >= grace_seconds]
-
-
-def why_no_workload(item: Gated, ctx: d.Context) -> str:
-    actions = d.decide(item.pod, item.workloads, ctx)
-    if any(isinstance(a, d.CreateWorkload) for a in actions):
-        # Said by the controller itself, so not `verdict`'s "is the controller running?".
-        return "creating its Workload has not succeeded yet; the controller retries (its log says why)"
-    return verdict(item.pod, item.workloads, ctx)
-
-
-def _current(workloads: Iterable[Obj]) -> Obj | None:
-    return next((x for x in workloads if w.is_ours(x) and not w.is_finished(x)
-                 and not w.is_deleting(x)), None)
+    return [x for x in items if x.reason == v.NO_WORKLOAD and x.age >= grace_seconds]
 
 
 class StuckGates:
     """Keeps the gauge current while this replica runs the controller.
 
-    `record(pod, type, reason, message)` is the controller's once-per-pod Event
-    writer, `context(pod)` its decision context, `requeue(pod)` puts the pod
-    back on its work queue.
+    `sweep()` gathers what the controller's pass reads about each pod, at one
+    moment (`Reader.sweep`); `record(pod, type, reason, message)` is its
+    once-per-pod Event writer; `requeue(pod)` puts the pod back on its work queue.
     """
 
-    def __init__(self, pods: Callable[[], list[Obj]], workloads: Callable[[], list[Obj]], *,
-                 head_first: bool, grace_seconds: float,
-                 context: Callable[[Obj], d.Context],
-                 record: Callable[[Obj, str, str, str], None],
+    def __init__(self, pods: Callable[[], list[Obj]], sweep: Callable[[], Callable[[Obj], Facts]],
+                 *, grace_seconds: float, record: Callable[[Obj, str, str, str], None],
                  requeue: Callable[[Obj], None],
                  clock: Callable[[], float] = time.time) -> None:
         self._pods = pods
-        self._workloads = workloads
-        self._head_first = head_first
+        self._sweep = sweep
         self._grace = grace_seconds
-        self._context = context
         self._record = record
         self._requeue = requeue
         self._clock = clock
         self._exported: set[tuple[str, str]] = set()
 
     def update(self) -> list[Gated]:
-        items = gated(self._pods(), self._workloads(), self._clock(), head_first=self._head_first)
+        items = gated(self._pods(), self._sweep(), self._clock())
         self._export(oldest(items))
         for item in overdue(items, self._grace):
             self._report(item)
@@ -182,6 +142,6 @@ class StuckGates:
         # No age in the text: the recorder sends a (reason, message) once per pod.
         self._record(item.pod, WARNING, EVENT_REASON,
                      f"still gated without a Workload after the {self._grace:.0f}s grace period: "
-                     f"{why_no_workload(item, self._context(item.pod))}")
+                     f"{item.why()}")
         # Whatever blocked the create may be gone: the next pass makes it if it can.
         self._requeue(item.pod)

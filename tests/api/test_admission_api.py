@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from raykueue.core import contract as c
-from tests import reviews as rv
-from tests.reviews import gates
-from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
+from testkit import reviews as rv
+from testkit.reviews import gates
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 

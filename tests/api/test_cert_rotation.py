@@ -42,9 +42,10 @@ from raykueue.core import contract as c
 from raykueue.core.clock import format_micro_time
 from raykueue.kube.client import load_api_client
 from raykueue.kube.rest import Rest
+from testkit.servers import RaykueueServer, raykueue_command
+from testkit.waiting import wait_for
 from tests.certfiles import ensure_secret_certs
-from tests.stackfixtures import RaykueueServer, _raykueue_command, new_namespace  # noqa: F401
-from tests.waiting import wait_for
+from tests.stackfixtures import new_namespace  # noqa: F401
 
 MUTATING = (f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             f"{c.MUTATING_WEBHOOK_CONFIG}")
@@ -200,7 +201,7 @@ def admissions(server: RaykueueServer) -> float:
 
 
 def raykueue_cli(stack: devstack.Stack, *args: str) -> str:
-    result = subprocess.run([*_raykueue_command(), *args, "--kubeconfig", str(stack.kubeconfig)],
+    result = subprocess.run([*raykueue_command(), *args, "--kubeconfig", str(stack.kubeconfig)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr + result.stdout
     return result.stdout
@@ -286,7 +287,7 @@ def test_ca_rotation_under_load_fails_no_admission(
     print(raykueue_cli(api_stack, "certs", "rotate", "--ca", "--secret", secret, "-n", ns))
 
     # The ordering, sampled while it happens: a replica serving a certificate
-    # from a CA both configurations do not already trust would break calls.
+    # from a CA the configurations do not all trust yet would break calls.
     seen_untrusted: list[str] = []
 
     def new_ca_everywhere() -> bytes | None:

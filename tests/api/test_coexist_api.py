@@ -18,8 +18,8 @@ from raykueue.coexist.watcher import CONFIG_MAPS, KueueWatch, read_findings
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import Resource
 from raykueue.kube.rest import Rest
+from testkit.waiting import wait_for
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
 
 EVENTS = Resource("events.k8s.io", "v1", "events")
 NAME = "kueue-manager-config"

@@ -8,7 +8,7 @@ enough for all of it. The controller runs in-process, as raykueue's
 ServiceAccount (impersonated, bound to a copy of manifests/rbac.yaml's
 ClusterRole), restricted to the test's namespace.
 
-Kueue is played by the test, as Kueue's own integration tests do: admission
+Kueue is played by the test (testkit/standins.py), as Kueue's own integration tests do: admission
 is a server-side apply of status.admission + QuotaReserved + Admitted under
 Kueue's field manager. The Workloads name a LocalQueue that does not exist,
 so a Kueue that happens to run on a shared stack leaves them pending.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,20 +34,29 @@ from raykueue.core import contract as c
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
-from tests import reviews as rv
-from tests.reviews import gates
+from testkit.reviews import gates
+from testkit.standins import (
+    FLAVORS,
+    KUEUE_MANAGER,
+    LOCAL_QUEUE,
+    WORKLOADS,
+    WPCS,
+    admit,
+    cond,
+    create_pod,
+    events_for,
+    evict,
+    live,
+    make_ready,
+    ray_pod,
+    release,
+    workload_of,
+    workloads_in,
+)
+from testkit.waiting import holds_for, wait_for
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.waiting import holds_for, wait_for
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
-WORKLOADS = crd(c.KUEUE_GROUP, "v1beta2", "workloads")
-FLAVORS = crd(c.KUEUE_GROUP, "v1beta2", "resourceflavors", namespaced=False)
-WPCS = crd(c.KUEUE_GROUP, "v1beta2", "workloadpriorityclasses", namespaced=False)
-KUEUE_MANAGER = "kueue-admission"  # the field manager Kueue admits with
-HOLD = "test.raykueue.io/hold"  # a pod finalizer so a test can look at a deleted pod
-LOCAL_QUEUE = "ctl-lq"
-
-
 # --- fixtures -------------------------------------------------------------------------
 
 
@@ -168,135 +176,8 @@ def run_controller(as_controller: CountingRest, ns: str) -> Iterator[Callable[..
 # --- helpers --------------------------------------------------------------------------
 
 
-def ray_pod(ns: str, scope: dict[str, str], role: str, name: str, *,
-            cluster: str = "rc", node_selector: dict[str, str] | None = None,
-            hold: bool = False) -> dict[str, Any]:
-    """A KubeRay pod (from the captured review) as raykueue's webhook stores it.
-
-    Opted in on the pod itself, so that where Kueue as shipped takes it on the way
-    in (the e2e stack), raykueue's webhook takes it back (tests/e2e register it).
-    """
-    pod = rv.creatable_pod(role)
-    meta = pod["metadata"]
-    meta.pop("generateName", None)
-    meta.update(name=name, namespace=ns)
-    meta.setdefault("annotations", {})[c.STANDALONE_ANNOTATION] = "true"
-    meta["labels"].update({
-        c.CLUSTER_LABEL: cluster, c.NODE_TYPE_LABEL: role, c.QUEUE_LABEL: LOCAL_QUEUE,
-        c.PRIORITY_CLASS_LABEL: scope[role], c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE})
-    if hold:
-        meta["finalizers"] = [HOLD]
-    spec = pod["spec"]
-    spec["schedulingGates"] = [{"name": c.GATE}]
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    return pod
-
-
-def create_pod(admin: Rest, pod: dict[str, Any]) -> dict[str, Any]:
-    return admin.create(PODS.path(pod["metadata"]["namespace"]), pod)
-
-
-def workload_of(admin: Rest, pod: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        return admin.get(WORKLOADS.path(pod["metadata"]["namespace"], w.workload_name(pod)))
-    except ApiError as exc:
-        if exc.is_not_found:
-            return None
-        raise
-
-
-def workloads_in(admin: Rest, ns: str) -> list[dict[str, Any]]:
-    return admin.get(WORKLOADS.path(ns))["items"]
-
-
-def live(admin: Rest, pod: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        return admin.get(PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]))
-    except ApiError as exc:
-        if exc.is_not_found:
-            return None
-        raise
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def kueue_status(admin: Rest, wl: dict[str, Any], scope: dict[str, str],
-                 *extra: dict[str, Any]) -> dict[str, Any]:
-    """What Kueue writes on admission (one status apply), plus `extra` conditions."""
-    meta = wl["metadata"]
-    body = {
-        "apiVersion": WORKLOADS.api_version, "kind": "Workload",
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-        "status": {
-            "admission": {"clusterQueue": scope["cq"], "podSetAssignments": [{
-                "name": "main", "count": 1,
-                "flavors": {"cpu": scope["flavor"], "memory": scope["flavor"]},
-                "resourceUsage": {"cpu": "1", "memory": "1Gi"}}]},
-            "conditions": [
-                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
-                 "message": f"Quota reserved in ClusterQueue {scope['cq']}",
-                 "lastTransitionTime": now(), "observedGeneration": meta.get("generation", 1)},
-                {"type": "Admitted", "status": "True", "reason": "Admitted",
-                 "message": "The workload is admitted", "lastTransitionTime": now(),
-                 "observedGeneration": meta.get("generation", 1)},
-                *extra,
-            ]},
-    }
-    return admin.apply(WORKLOADS.path(meta["namespace"], meta["name"], "status"), body,
-                       KUEUE_MANAGER, force=True)
-
-
-def admit(admin: Rest, pod: dict[str, Any], scope: dict[str, str]) -> dict[str, Any]:
-    wl = wait_for(lambda: workload_of(admin, pod), timeout=30,
-                  message=f"Workload of {pod['metadata']['name']}")
-    return kueue_status(admin, wl, scope)
-
-
-def evict(admin: Rest, pod: dict[str, Any], scope: dict[str, str]) -> dict[str, Any]:
-    wl = workload_of(admin, pod)
-    assert wl is not None
-    message = ("Preempted to accommodate a workload (UID: 11111111-2222-4333-8444-555555555555, "
-               "JobUID: UNKNOWN) due to prioritization in the ClusterQueue")
-    return kueue_status(admin, wl, scope, {
-        "type": "Evicted", "status": "True", "reason": "Preempted", "message": message,
-        "lastTransitionTime": now()}, {
-        "type": "Preempted", "status": "True", "reason": "InClusterQueue", "message": message,
-        "lastTransitionTime": now()})
-
-
-def make_ready(admin: Rest, pod: dict[str, Any]) -> None:
-    """What the kubelet reports once the container runs (no node runs it here)."""
-    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    admin.apply(PODS.path(ns, name, "status"), {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": now()}]}},
-        "test-kubelet", force=True)
-
-
-def release(admin: Rest, pod: dict[str, Any]) -> None:
-    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    try:
-        admin.json_patch(PODS.path(ns, name), [{"op": "remove", "path": "/metadata/finalizers"}])
-    except ApiError as exc:
-        if not exc.is_not_found:
-            raise
-
-
-def cond(wl: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    return w.condition(wl, type_) if wl is not None else None  # type: ignore[return-value]
-
-
 def stays(check: Callable[[], bool], seconds: float = 1.5) -> bool:
     return holds_for(check, seconds)
-
-
-def events_for(admin: Rest, ns: str, name: str) -> list[dict[str, Any]]:
-    items = admin.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
-    return [e for e in items if e.get("regarding", {}).get("name") == name]
 
 
 # --- tests ----------------------------------------------------------------------------

@@ -22,8 +22,8 @@ import httpx
 import orjson
 import pytest
 
+from testkit.servers import RaykueueServer
 from tests.fuzz_reviews import Case, cases
-from tests.stackfixtures import RaykueueServer
 
 CASES = int(os.environ.get("RAYKUEUE_FUZZ_CASES", "10000"))
 SEED = int(os.environ.get("RAYKUEUE_FUZZ_SEED", str(int(time.time()) % 100_000)))

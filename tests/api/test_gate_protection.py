@@ -23,24 +23,27 @@ from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.validate import FROZEN_WHILE_GATED
-from tests.api.test_controller_api import (  # noqa: F401 - fixtures
+from testkit.reviews import gates
+from testkit.servers import RaykueueServer
+from testkit.standins import (
     WORKLOADS,
-    admin,
-    as_controller,
     create_pod,
     events_for,
     kueue_status,
     live,
-    ns,
     ray_pod,
+    workload_of,
+)
+from testkit.waiting import wait_for
+from tests.api.test_controller_api import (  # noqa: F401 - fixtures
+    admin,
+    as_controller,
+    ns,
     run_controller,
     scope,
     stays,
-    workload_of,
 )
-from tests.reviews import gates
-from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 USER = "alice"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

@@ -26,9 +26,9 @@ import yaml
 import devstack
 from devstack.kubeapi import KubeError
 from raykueue.core import contract as c
-from tests import reviews as rv
-from tests.stackfixtures import RaykueueServer
-from tests.waiting import wait_for
+from testkit import reviews as rv
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -229,7 +229,7 @@ def _service_account_kubeconfig(stack: devstack.Stack, token: str, path: Path) -
 
 
 def _admit(api, wl: dict[str, Any], flavor: str) -> None:
-    """Kueue's part, as tests/api/test_controller_api.py plays it."""
+    """Kueue's part, as testkit/standins.py plays it."""
     meta = wl["metadata"]
     (pod_set,) = wl["spec"]["podSets"]
     now = "2026-01-01T00:00:00Z"

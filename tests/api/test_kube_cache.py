@@ -11,7 +11,7 @@ import pytest
 from raykueue.kube.cache import ADDED, DELETED, MODIFIED, WatchCache, drop_managed_fields
 from raykueue.kube.resources import Resource
 from raykueue.kube.rest import Rest
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 CONFIGMAPS = Resource("", "v1", "configmaps")
 

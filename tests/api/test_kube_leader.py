@@ -13,7 +13,7 @@ from raykueue.kube.backoff import Backoff
 from raykueue.kube.leader import LeaderElector, lease_expired, observe
 from raykueue.kube.resources import LEASES
 from raykueue.kube.rest import Rest
-from tests.waiting import holds_for, wait_for, within
+from testkit.waiting import holds_for, wait_for, within
 
 FAST = {"lease_seconds": 3, "renew_seconds": 2, "retry_seconds": 0.2}
 

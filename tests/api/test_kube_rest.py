@@ -14,7 +14,7 @@ from raykueue.kube.client import load_api_client
 from raykueue.kube.events import WARNING, EventRecorder
 from raykueue.kube.resources import EVENTS_V1, NAMESPACES, Resource, served_versions
 from raykueue.kube.rest import ApiError, Rest
-from tests.waiting import within
+from testkit.waiting import within
 
 CONFIGMAPS = Resource("", "v1", "configmaps")
 

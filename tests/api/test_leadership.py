@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from tests.stackfixtures import (  # noqa: F401 - fixture
-    controller_detail,
-    new_namespace,
-    sole_leader,
-    start_replicas,
-)
-from tests.waiting import wait_for
+from testkit.servers import controller_detail, sole_leader, start_replicas
+from testkit.waiting import wait_for
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def test_one_replica_leads_and_the_other_takes_over(api_stack, new_namespace, tmp_path) -> None:  # noqa: F811

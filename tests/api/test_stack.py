@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 KUEUE_CRDS = {
     "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters",

@@ -13,22 +13,18 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from raykueue.controller import stuck
+from raykueue.controller import verdict as v
 from raykueue.core import contract as c
 from raykueue.kube.rest import Rest
+from testkit.standins import LOCAL_QUEUE, WPCS, create_pod, events_for, ray_pod, workload_of
+from testkit.waiting import wait_for
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
-    LOCAL_QUEUE,
-    WPCS,
     admin,
     as_controller,
-    create_pod,
-    events_for,
     ns,
-    ray_pod,
     run_controller,
     scope,
-    workload_of,
 )
-from tests.waiting import wait_for
 
 GAUGE = "raykueue_gated_pod_oldest_age_seconds"
 INTERVAL = 0.2
@@ -52,14 +48,14 @@ def test_a_pod_without_a_workload_is_measured_told_why_once_and_gets_one(
 
     # The head has no Workload (its WorkloadPriorityClass is missing); its worker
     # waits for it by design.
-    wait_for(lambda: (age(stuck.NO_WORKLOAD) or 0) > GRACE and age(stuck.WAITING_FOR_HEAD),
+    wait_for(lambda: (age(v.NO_WORKLOAD) or 0) > GRACE and age(v.WAITING_FOR_HEAD),
              timeout=30, message="gauge for both reasons")
     (event,) = wait_for(lambda: stuck_events(admin, ns, "head"), timeout=30,
                         message="GatedWithoutWorkload Event")
     assert event["type"] == "Warning" and missing in event["note"]
     # Several updates later: still one Event, none for the worker.
-    seen = age(stuck.NO_WORKLOAD) or 0
-    wait_for(lambda: (age(stuck.NO_WORKLOAD) or 0) >= seen + 3 * INTERVAL, timeout=30,
+    seen = age(v.NO_WORKLOAD) or 0
+    wait_for(lambda: (age(v.NO_WORKLOAD) or 0) >= seen + 3 * INTERVAL, timeout=30,
              message="three more gauge updates")
     assert len(stuck_events(admin, ns, "head")) == 1
     assert stuck_events(admin, ns, "worker") == []
@@ -69,7 +65,7 @@ def test_a_pod_without_a_workload_is_measured_told_why_once_and_gets_one(
                                "metadata": {"name": missing}, "value": 1000})
     try:
         wait_for(lambda: workload_of(admin, head), timeout=30, message="the head's Workload")
-        wait_for(lambda: age(stuck.NO_WORKLOAD) is None and age(stuck.WAITING_FOR_QUOTA),
+        wait_for(lambda: age(v.NO_WORKLOAD) is None and age(v.WAITING_FOR_QUOTA),
                  timeout=30, message="the head counted as waiting for quota")
     finally:
         admin.delete(WPCS.path(None, missing))

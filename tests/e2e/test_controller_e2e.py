@@ -22,8 +22,9 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
-from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 KUEUE = "kueue.x-k8s.io"
 WORKLOADS = crd(KUEUE, "v1beta2", "workloads")

@@ -23,24 +23,19 @@ import pytest
 from devstack.stack import restart_component
 from raykueue.controller import workload as w
 from raykueue.kube.rest import ApiError, Rest
+from testkit.reviews import gates
+from testkit.standins import WORKLOADS, create_pod, kueue_status, live, ray_pod, workload_of
+from testkit.waiting import wait_for
 from tests.api.test_controller_api import (  # noqa: F401 - fixtures
-    WORKLOADS,
     CountingRest,
     admin,
     as_controller,
-    create_pod,
-    kueue_status,
-    live,
     ns,
-    ray_pod,
     run_controller,
     scope,
-    workload_of,
 )
 from tests.e2e.test_controller_e2e import webhooks  # noqa: F401 - fixture
-from tests.reviews import gates
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
 
 BEFORE, DURING = 8, 8  # pods created before the restart, and while it happens
 

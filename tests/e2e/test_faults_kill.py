@@ -32,6 +32,8 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.resources import PODS
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for, within
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
     RAYCLUSTERS,
@@ -48,8 +50,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     webhooks,
     workloads,
 )
-from tests.stackfixtures import RaykueueServer
-from tests.waiting import wait_for, within
 
 ROUNDS = int(os.environ.get("RAYKUEUE_FAULT_ROUNDS", "20"))
 SEED = int(os.environ.get("RAYKUEUE_FAULT_SEED", str(int(time.time()) % 100_000)))

@@ -19,6 +19,8 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import Rest
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
 from tests.e2e.invariants import WORKLOADS
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
@@ -35,8 +37,7 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     webhooks,
 )
 from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
-from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 BASE = 5  # head + 4 min workers
 

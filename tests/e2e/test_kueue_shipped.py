@@ -18,6 +18,7 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, crd
 from raykueue.kube.rest import ApiError, Rest
+from testkit.waiting import wait_for
 from tests.e2e.invariants import Invariants
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
@@ -36,7 +37,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     webhooks,
 )
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
 
 RAYJOBS = crd("ray.io", "v1", "rayjobs")
 RAYSERVICES = crd("ray.io", "v1", "rayservices")

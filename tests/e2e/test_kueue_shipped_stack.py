@@ -19,9 +19,9 @@ import pytest
 
 import devstack
 from devstack.kueue_shipped import QUEUE_LABEL
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import raycluster
 from tests.stackfixtures import namespaces
-from tests.waiting import wait_for
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"

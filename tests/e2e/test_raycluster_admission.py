@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from raykueue.core import contract as c
-from tests.reviews import gates
-from tests.stackfixtures import RaykueueServer, new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
+from testkit.reviews import gates
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def raycluster(name: str, workers: int, annotations: dict[str, str]) -> dict[str, Any]:

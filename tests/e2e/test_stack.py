@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 

@@ -22,6 +22,7 @@ from devstack import dashboard_proxy, pki, ray_driver
 from devstack.ray_procs import RayProcess, RayProcessError
 from devstack.ray_runner import RayClusterRunner, RayTier
 from raykueue.core import contract as c
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
@@ -29,7 +30,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     queue,
     webhooks,
 )
-from tests.waiting import wait_for
 
 FIGURES: dict[str, Any] = {}
 # A head starts in seconds on an idle machine; on a busy one a start can take a

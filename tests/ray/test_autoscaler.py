@@ -16,8 +16,8 @@ from raykueue.webhooks.autoscaler_env import (
     ALLOCATE_TIMEOUT_ENV,
     DEFAULT_ALLOCATE_TIMEOUT_SECONDS,
 )
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import RAYCLUSTERS, by_pod, describe, settled
-from tests.waiting import wait_for
 
 from .conftest import FIGURES, RayCluster, raycluster
 from .observe import observed

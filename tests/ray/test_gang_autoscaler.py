@@ -17,9 +17,9 @@ from typing import Any
 
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import describe, role, running, state
 from tests.e2e.test_gang import GangWatch, base_of
-from tests.waiting import wait_for
 
 from .conftest import FIGURES, RayCluster, raycluster
 from .observe import observed

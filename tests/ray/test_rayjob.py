@@ -21,9 +21,9 @@ from devstack.ray_procs import RayProcessError
 from devstack.stack import tail
 from raykueue.controller import workload as w
 from raykueue.kube.resources import PODS
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import RAYCLUSTERS, WORKLOADS
 from tests.e2e.test_kueue_shipped import RAYJOBS, watched
-from tests.waiting import wait_for
 
 from .conftest import FIGURES, opted_in, raycluster
 from .observe import observed

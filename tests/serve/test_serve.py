@@ -20,8 +20,8 @@ import pytest
 from raykueue.certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
 from raykueue.certs.store import write_atomic
 from raykueue.core import contract as c
-from tests import reviews as rv
-from tests.waiting import holds_for, wait_for
+from testkit import reviews as rv
+from testkit.waiting import holds_for, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 UVICORN_DEFAULT_KEEP_ALIVE = 5  # seconds, uvicorn.Config(timeout_keep_alive=5)

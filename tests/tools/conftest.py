@@ -1,8 +1,8 @@
-"""The tools tier: promtool and helm from controlplane/tools, run on our files.
+"""The tools tier: what controlplane/build.sh provides, run on our files.
 
-No servers. The binaries come from controlplane/build.sh (RAYKUEUE_BIN_DIR);
-a missing one fails the tier rather than skipping it, so CI cannot pass
-without having run them.
+promtool, helm and kubectl's kustomize (RAYKUEUE_BIN_DIR), and the Kueue
+module in the Go module cache. No servers. A missing one fails the tier
+rather than skipping it, so CI cannot pass without having run them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from devstack.config import default_bin_dir
+from devstack.kueue_shipped import KueueModule, shipped_module
 
 Tool = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -43,3 +44,12 @@ def helm() -> Tool:
 def kubectl() -> Tool:
     """The control plane's kubectl, for `kubectl kustomize`."""
     return _tool("kubectl")
+
+
+@pytest.fixture(scope="session")
+def kueue_module() -> KueueModule:
+    """The Kueue module controlplane/go.mod pins, from the Go module cache."""
+    try:
+        return shipped_module()
+    except FileNotFoundError as exc:
+        pytest.fail(f"{exc}")

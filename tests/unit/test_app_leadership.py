@@ -8,7 +8,7 @@ import pytest
 
 from raykueue.app.leadership import ControllerHost
 from raykueue.app.settings import Settings
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 
 class FlakyController:

@@ -6,7 +6,7 @@ from typing import Any
 
 from raykueue.app.lookup import ClusterView, keep_metadata
 from raykueue.core import contract as c
-from tests import reviews as rv
+from testkit import reviews as rv
 
 
 class Store:

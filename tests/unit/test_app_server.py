@@ -16,7 +16,7 @@ from raykueue.app.server import Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
 from raykueue.webhooks.admit import Outcome
-from tests import reviews as rv
+from testkit import reviews as rv
 
 LIMIT = 64 * 1024
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,12 @@ import pytest
 
 from raykueue.certs.inject import ca_bundle_ops, config_trusts, inject_ca_bundle
 from raykueue.certs.rotation import issue_material
+from raykueue.kube.resources import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+)
 from raykueue.kube.rest import ApiError
+from tests.fakeapi import FakeApi
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 B64 = base64.b64encode(CA).decode()
@@ -46,47 +51,45 @@ def test_missing_client_config_is_created() -> None:
                       "value": {"caBundle": B64}}
 
 
-class FakeRest:
-    def __init__(self, objects: dict[str, Any], error: ApiError | None = None) -> None:
-        self.objects = objects
-        self.patches: list[tuple[str, list[dict[str, Any]]]] = []
-        self.error = error
-
-    def get(self, path: str, query: Any = None) -> Any:
-        if self.error:
-            raise self.error
-        if path not in self.objects:
-            raise ApiError(404, "NotFound")
-        return self.objects[path]
-
-    def json_patch(self, path: str, ops: list[dict[str, Any]]) -> None:
-        self.patches.append((path, ops))
+MUT = MUTATING_WEBHOOK_CONFIGURATIONS.path(name="m")
+VAL = VALIDATING_WEBHOOK_CONFIGURATIONS.path(name="v")
 
 
-MUT = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/m"
-VAL = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/v"
+def api(configs: dict[str, dict[str, Any]]) -> FakeApi:
+    """The one fake API holding these webhook configurations, by path."""
+    fake = FakeApi([MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS])
+    for path, body in configs.items():
+        fake.store(path, {**body, "metadata": {"name": path.rsplit("/", 1)[1]}})
+    return fake
 
 
-def test_inject_patches_both_configurations() -> None:
-    rest = FakeRest({MUT: config(None, None), VAL: config("b2xk")})
+def patched(fake: FakeApi) -> list[str]:
+    return [path for verb, path in fake.requests if verb == "patch"]
+
+
+def test_inject_patches_every_configuration() -> None:
+    rest = api({MUT: config(None, None), VAL: config("b2xk")})
     assert inject_ca_bundle(rest, CA, "m", "v") == 3  # type: ignore[arg-type]
-    assert [p for p, _ in rest.patches] == [MUT, VAL]
+    assert patched(rest) == [MUT, VAL]
+    assert [h["clientConfig"]["caBundle"] for path in (MUT, VAL)
+            for h in rest.objects[path]["webhooks"]] == [B64] * 3
 
 
 def test_inject_is_a_no_op_when_current() -> None:
-    rest = FakeRest({MUT: config(B64), VAL: config(B64)})
+    rest = api({MUT: config(B64), VAL: config(B64)})
     assert inject_ca_bundle(rest, CA, "m", "v") == 0  # type: ignore[arg-type]
-    assert rest.patches == []
+    assert patched(rest) == []
 
 
 def test_inject_skips_missing_and_unnamed_configurations() -> None:
-    rest = FakeRest({VAL: config(None)})
+    rest = api({VAL: config(None)})
     assert inject_ca_bundle(rest, CA, "m", "v") == 1  # type: ignore[arg-type]
     assert inject_ca_bundle(rest, CA, None, "") == 0  # type: ignore[arg-type]
 
 
 def test_inject_propagates_other_errors() -> None:
-    rest = FakeRest({}, error=ApiError(403, "Forbidden"))
+    rest = api({})
+    rest.fail_always["get"] = ApiError(403, "Forbidden")
     with pytest.raises(ApiError):
         inject_ca_bundle(rest, CA, "m", "v")  # type: ignore[arg-type]
 

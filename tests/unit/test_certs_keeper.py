@@ -13,8 +13,8 @@ from raykueue.certs import rotation as r
 from raykueue.certs.keeper import SecretCertKeeper, placeholder_pair
 from raykueue.certs.serving import ServingContext
 from raykueue.kube.rest import ApiError
+from testkit.waiting import wait_for
 from tests.unit.test_certs_secret import NAME, NS, PATH, FakeSecrets, ensure
-from tests.waiting import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -204,8 +204,9 @@ def test_leadership_without_the_controller_still_tells_the_keeper(tmp_path: Path
     thread = threading.Thread(target=host.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_for(host.is_leader, timeout=5, message="leadership")
-        assert elected == [1] and host.controller is None
+        # Leading starts before the hooks run: wait for the hook, not only the flag.
+        wait_for(lambda: elected, timeout=5, message="the on-elected hook")
+        assert elected == [1] and host.is_leader() and host.controller is None
     finally:
         stop.set()
         thread.join(5)

@@ -6,8 +6,9 @@ import pytest
 
 from raykueue.controller import decide as d
 from raykueue.controller.explain import explain, explain_pod, queue_position
+from raykueue.controller.facts import Facts
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 from tests.unit.controller_world import World
 
 pytestmark = pytest.mark.unit
@@ -24,11 +25,15 @@ CQ = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
 CTX = d.Context(priority_values={"ray-worker": 100, "ray-head": 1000}, head_admitted=True)
 
 
+def facts(pod: dict, *workloads: dict, context: d.Context = CTX) -> Facts:
+    return Facts(pod, list(workloads), context)
+
+
 def test_pending_pod_shows_kueues_message_queue_priority_and_position():
     pod = o.pod()
     wl = o.workload(pod, "pending")
     ahead = o.workload(o.pod(), "pending", priority=500)
-    text = explain(pod, wl, CQ, LQ, queue_peers=[ahead, wl], context=CTX)
+    text = explain(facts(pod, wl), CQ, LQ, queue_peers=[ahead, wl])
     assert f"gate:       {c.GATE} present" in text
     assert "insufficient unused quota for nvidia.com/gpu in flavor gpu-a100" in text
     assert "QuotaReserved=False (Pending)" in text
@@ -40,14 +45,14 @@ def test_pending_pod_shows_kueues_message_queue_priority_and_position():
 
 def test_worker_waiting_for_head_says_so():
     pod = o.pod()
-    text = explain(pod, None, None, LQ, context=d.Context(priority_values={"ray-worker": 100}))
+    text = explain(facts(pod, context=d.Context(priority_values={"ray-worker": 100})), None, LQ)
     assert "Workload:   none" in text
     assert "head of Ray cluster raycluster-gpu not admitted yet" in text
 
 
 def test_admitted_pod_shows_flavor_and_no_position():
     pod = o.pod(gated=False, phase="Running", ready=True)
-    text = explain(pod, o.workload(pod, "admitted", pods_ready="True"), CQ, LQ, context=CTX)
+    text = explain(facts(pod, o.workload(pod, "admitted", pods_ready="True")), CQ, LQ)
     assert f"Admitted to ClusterQueue {o.CQ}" in text
     assert "flavors:    gpu-a100" in text
     assert "position" not in text
@@ -56,13 +61,13 @@ def test_admitted_pod_shows_flavor_and_no_position():
 def test_conflict_is_the_verdict():
     pod = o.pod()
     pod["spec"]["schedulingGates"].append({"name": c.KUEUE_POD_GATE})
-    text = explain(pod, None, None, None, context=CTX)
+    text = explain(facts(pod))
     assert "Kueue's pod integration manages it" in text
 
 
 def test_kueues_own_workload_is_flagged():
     pod = o.pod()
-    text = explain(pod, o.workload(pod, "pending", ours=False), None, None, context=CTX)
+    text = explain(facts(pod, o.workload(pod, "pending", ours=False)))
     assert "[not created by raykueue]" in text
 
 
@@ -71,7 +76,7 @@ def test_inactive_cluster_queue_is_shown():
         "type": "Active", "status": "False", "reason": "FlavorNotFound",
         "message": "Can't admit new workloads: references missing ResourceFlavor(s): x"}]}}
     pod = o.pod()
-    text = explain(pod, o.workload(pod, "pending"), cq, LQ, context=CTX)
+    text = explain(facts(pod, o.workload(pod, "pending")), cq, LQ)
     assert "inactive (FlavorNotFound)" in text
 
 
@@ -112,7 +117,7 @@ def test_kueues_own_position_and_setup_findings_are_shown_when_known():
     wl = o.workload(pod, "pending")
     entry = {"metadata": {"name": wl["metadata"]["name"]}, "positionInLocalQueue": 0,
              "positionInClusterQueue": 2}
-    text = explain(pod, wl, CQ, LQ, queue_peers=[wl], context=CTX, kueue_position=entry,
+    text = explain(facts(pod, wl), CQ, LQ, queue_peers=[wl], kueue_position=entry,
                    setup_notes=["WebhookOrder: kueue-... does not sort between ours"])
     assert "position:   1st in LocalQueue team-a, 3rd in its ClusterQueue (Kueue's visibility API)" in text
     assert "estimated" not in text

@@ -11,7 +11,7 @@ from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 
 GROUP = "gpu-group"
 CTX = gd.GangContext(flavors={o.FLAVOR: {"metadata": {"name": o.FLAVOR},

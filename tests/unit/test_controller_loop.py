@@ -15,9 +15,9 @@ from raykueue.controller.config import ControllerConfig
 from raykueue.controller.loop import Controller
 from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
+from testkit.waiting import wait_for, within
 from tests.unit.controller_world import World
-from tests.waiting import wait_for, within
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 
 from raykueue.controller import patches
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 
 pytestmark = pytest.mark.unit
 

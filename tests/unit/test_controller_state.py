@@ -9,7 +9,7 @@ import pytest
 from raykueue.controller.state import ORPHANS, State, owner_key
 from raykueue.core import contract as c
 from raykueue.kube.cache import DELETED
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 
 pytestmark = pytest.mark.unit
 

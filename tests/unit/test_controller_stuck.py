@@ -8,10 +8,11 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from raykueue.controller import decide as d
 from raykueue.controller import stuck
+from raykueue.controller.verdict import NO_WORKLOAD, WAITING_FOR_HEAD, WAITING_FOR_QUOTA
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
+from tests.unit.listsource import facts_of
 
 CREATED = datetime.fromisoformat(o.T0.replace("Z", "+00:00")).timestamp()
 NOW = CREATED + 300.0
@@ -21,7 +22,7 @@ GAUGE = "raykueue_gated_pod_oldest_age_seconds"
 def reasons(pods: list[dict], workloads: list[dict], *, head_first: bool = True,
             now: float = NOW) -> dict[str, str]:
     return {x.pod["metadata"]["name"]: x.reason
-            for x in stuck.gated(pods, workloads, now, head_first=head_first)}
+            for x in stuck.gated(pods, facts_of(pods, workloads, head_first=head_first), now)}
 
 
 def named(pod: dict, name: str) -> dict:
@@ -31,30 +32,30 @@ def named(pod: dict, name: str) -> dict:
 
 def test_a_pod_with_a_pending_workload_waits_for_quota() -> None:
     head = named(o.pod(c.ROLE_HEAD), "head")
-    (item,) = stuck.gated([head], [o.workload(head, "pending")], NOW, head_first=True)
-    assert (item.reason, item.queue, item.age) == (stuck.WAITING_FOR_QUOTA, "team-a", 300.0)
+    (item,) = stuck.gated([head], facts_of([head], [o.workload(head, "pending")]), NOW)
+    assert (item.reason, item.queue, item.age) == (WAITING_FOR_QUOTA, "team-a", 300.0)
 
 
 def test_a_worker_waits_for_its_head_only_while_the_head_is_not_admitted() -> None:
     head = named(o.pod(c.ROLE_HEAD), "head")
     worker = named(o.pod(c.ROLE_WORKER), "worker")
     assert reasons([head, worker], [o.workload(head, "pending")]) == {
-        "head": stuck.WAITING_FOR_QUOTA, "worker": stuck.WAITING_FOR_HEAD}
+        "head": WAITING_FOR_QUOTA, "worker": WAITING_FOR_HEAD}
     # Head admitted (its gate still on): the worker should have a Workload by now.
-    assert reasons([head, worker], [o.workload(head, "admitted")])["worker"] == stuck.NO_WORKLOAD
+    assert reasons([head, worker], [o.workload(head, "admitted")])["worker"] == NO_WORKLOAD
     # Head running (gate lifted, its Workload not in the cache): the same.
     running = named(o.pod(c.ROLE_HEAD, gated=False), "head")
-    assert reasons([running, worker], []) == {"worker": stuck.NO_WORKLOAD}
+    assert reasons([running, worker], []) == {"worker": NO_WORKLOAD}
     # Without head-first nothing makes a worker wait for its head.
     assert reasons([head, worker], [o.workload(head, "pending")], head_first=False)["worker"] \
-        == stuck.NO_WORKLOAD
+        == NO_WORKLOAD
 
 
 def test_a_head_of_another_cluster_or_namespace_does_not_count() -> None:
     worker = named(o.pod(c.ROLE_WORKER, cluster="a"), "worker")
     other_cluster = named(o.pod(c.ROLE_HEAD, cluster="b", gated=False), "head-b")
     other_ns = named(o.pod(c.ROLE_HEAD, cluster="a", namespace="elsewhere", gated=False), "head-a")
-    assert reasons([worker, other_cluster, other_ns], [])["worker"] == stuck.WAITING_FOR_HEAD
+    assert reasons([worker, other_cluster, other_ns], [])["worker"] == WAITING_FOR_HEAD
 
 
 def test_without_a_live_workload_of_ours_a_pod_has_no_workload() -> None:
@@ -62,31 +63,31 @@ def test_without_a_live_workload_of_ours_a_pod_has_no_workload() -> None:
     foreign = named(o.pod(c.ROLE_HEAD, cluster="other"), "foreign")
     assert reasons([finished, foreign], [o.workload(finished, "finished"),
                                          o.workload(foreign, "pending", ours=False)]) == {
-        "finished": stuck.NO_WORKLOAD, "foreign": stuck.NO_WORKLOAD}
+        "finished": NO_WORKLOAD, "foreign": NO_WORKLOAD}
 
 
 def test_pods_past_the_gate_or_on_their_way_out_are_not_counted() -> None:
     pods = [o.pod(c.ROLE_HEAD, gated=False), o.pod(c.ROLE_HEAD, deleting=True),
             o.pod(c.ROLE_HEAD, phase="Failed")]
-    assert stuck.gated(pods, [], NOW, head_first=True) == []
+    assert stuck.gated(pods, facts_of(pods, []), NOW) == []
 
 
 def test_oldest_is_per_queue_and_reason() -> None:
     def item(queue: str, reason: str, age: float) -> stuck.Gated:
-        return stuck.Gated({}, queue, reason, age, ())
+        return stuck.Gated({}, queue, reason, age)
 
-    ages = stuck.oldest([item("a", stuck.NO_WORKLOAD, 5), item("a", stuck.NO_WORKLOAD, 50),
-                         item("a", stuck.WAITING_FOR_QUOTA, 7), item("b", stuck.NO_WORKLOAD, 1)])
-    assert ages == {("a", stuck.NO_WORKLOAD): 50, ("a", stuck.WAITING_FOR_QUOTA): 7,
-                    ("b", stuck.NO_WORKLOAD): 1}
+    ages = stuck.oldest([item("a", NO_WORKLOAD, 5), item("a", NO_WORKLOAD, 50),
+                         item("a", WAITING_FOR_QUOTA, 7), item("b", NO_WORKLOAD, 1)])
+    assert ages == {("a", NO_WORKLOAD): 50, ("a", WAITING_FOR_QUOTA): 7,
+                    ("b", NO_WORKLOAD): 1}
 
 
 def test_only_pods_without_a_workload_past_the_grace_period_are_overdue() -> None:
     head = named(o.pod(c.ROLE_HEAD, queue=None), "head")
     worker = named(o.pod(c.ROLE_WORKER, cluster="c2"), "worker")  # waits for a head
     queued = named(o.pod(c.ROLE_HEAD, cluster="c3"), "queued")
-    items = stuck.gated([head, worker, queued], [o.workload(queued, "pending")], NOW,
-                        head_first=True)
+    pods = [head, worker, queued]
+    items = stuck.gated(pods, facts_of(pods, [o.workload(queued, "pending")]), NOW)
     assert [x.pod["metadata"]["name"] for x in stuck.overdue(items, 300)] == ["head"]
     assert stuck.overdue(items, 301) == []
 
@@ -100,11 +101,14 @@ class Recorder:
 
 
 def watcher(pods: list[dict], workloads: list[dict], clock: list[float], events: Recorder,
-            requeued: list[str], **context: Any) -> stuck.StuckGates:
-    return stuck.StuckGates(lambda: list(pods), lambda: list(workloads), head_first=True,
-                            grace_seconds=120, context=lambda pod: d.Context(**context),
-                            record=events, requeue=lambda pod: requeued.append(
-                                pod["metadata"]["name"]), clock=lambda: clock[0])
+            requeued: list[str], priority_values: dict[str, int] | None = None
+            ) -> stuck.StuckGates:
+    def sweep() -> Any:  # the lists as they are now
+        return facts_of(pods, workloads, priority_values=priority_values)
+
+    return stuck.StuckGates(lambda: list(pods), sweep, grace_seconds=120, record=events,
+                            requeue=lambda pod: requeued.append(pod["metadata"]["name"]),
+                            clock=lambda: clock[0])
 
 
 def sample(queue: str, reason: str) -> float | None:
@@ -116,18 +120,18 @@ def test_the_gauge_follows_the_pods_and_is_cleared_on_stop() -> None:
     pods, workloads, clock = [head], [o.workload(head, "pending")], [NOW]
     gates = watcher(pods, workloads, clock, Recorder(), [])
     gates.update()
-    assert sample("gauge-q", stuck.WAITING_FOR_QUOTA) == 300.0
+    assert sample("gauge-q", WAITING_FOR_QUOTA) == 300.0
     clock[0] += 60
     gates.update()
-    assert sample("gauge-q", stuck.WAITING_FOR_QUOTA) == 360.0
+    assert sample("gauge-q", WAITING_FOR_QUOTA) == 360.0
     # Admitted and lifted: the label set goes rather than staying at its last age.
     pods[:] = [named(o.pod(c.ROLE_HEAD, queue="gauge-q", gated=False), "head")]
     gates.update()
-    assert sample("gauge-q", stuck.WAITING_FOR_QUOTA) is None
+    assert sample("gauge-q", WAITING_FOR_QUOTA) is None
     pods[:] = [head]
     gates.update()
     gates.clear()
-    assert sample("gauge-q", stuck.WAITING_FOR_QUOTA) is None
+    assert sample("gauge-q", WAITING_FOR_QUOTA) is None
 
 
 def test_a_pod_without_a_workload_past_the_grace_period_gets_an_event_saying_why() -> None:

@@ -25,9 +25,11 @@ from raykueue.controller import pods as p
 from raykueue.controller import stuck
 from raykueue.controller import workload as w
 from raykueue.controller.caches import slim_pod, slim_workload
+from raykueue.controller.facts import Facts
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
-from tests.unit.test_controller_decide import ctx
+from testkit import controller_objects as o
+from tests.unit.listsource import facts_of
+from tests.unit.test_controller_decide import PRIORITIES, ctx
 
 pytestmark = pytest.mark.unit
 
@@ -159,20 +161,19 @@ def test_head_first_and_the_stuck_report_answer_the_same_on_trimmed_objects():
         slim_mine = next(iter(slim_wls), None)
         assert d.head_admitted([(slim, slim_mine)]) == d.head_admitted([(pod, mine)])
         worker = o.pod(cluster=p.cluster(pod) or "")
-        whole_report = stuck.gated([pod, worker], wls, 0.0, head_first=True)
-        slim_report = stuck.gated([slim, slim_pod(copy.deepcopy(worker))], slim_wls, 0.0,
-                                  head_first=True)
-        assert [(p.name(x.pod), x.queue, x.reason) for x in slim_report] == [
-            (p.name(x.pod), x.queue, x.reason) for x in whole_report]
+        whole, slim_pods = [pod, worker], [slim, slim_pod(copy.deepcopy(worker))]
+        whole_report = stuck.gated(whole, facts_of(whole, wls, priority_values=PRIORITIES), 0.0)
+        slim_report = stuck.gated(slim_pods, facts_of(slim_pods, slim_wls,
+                                                      priority_values=PRIORITIES), 0.0)
+        assert [(p.name(x.pod), x.queue, x.reason, x.why()) for x in slim_report] == [
+            (p.name(x.pod), x.queue, x.reason, x.why()) for x in whole_report]
 
 
 def test_explain_renders_the_same_from_trimmed_objects():
     for pod, wls in _scenarios():
         slim, slim_wls = _trimmed(pod, wls)
-        wl = next(iter(wls), None)
-        slim_wl = next(iter(slim_wls), None)
-        assert e.explain(slim, slim_wl, others=slim_wls, queue_peers=slim_wls, context=ctx()) == (
-            e.explain(pod, wl, others=wls, queue_peers=wls, context=ctx()))
+        assert e.explain(Facts(slim, slim_wls, ctx()), queue_peers=slim_wls) == (
+            e.explain(Facts(pod, wls, ctx()), queue_peers=wls))
 
 
 def test_a_clusters_pods_share_their_repeated_fields_in_the_cache():

@@ -16,7 +16,7 @@ from raykueue.controller import decide as d
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.caches import slim_workload
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 from tests.unit.test_controller_decide import ctx
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ from raykueue.controller import admission as adm
 from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 
 pytestmark = pytest.mark.unit
 

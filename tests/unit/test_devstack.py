@@ -95,7 +95,7 @@ def test_tiers_and_ports():
 
 
 def test_kueue_pod_integration_overlay_turns_pod_on_only_in_selected_namespaces(tmp_path):
-    from bench.kueue_pods import kueue_pod_integration
+    from devstack.kueue_pods import kueue_pod_integration
 
     selector = {"matchLabels": {"bench.raykueue.io/system": "kueue"}}
     cfg = kueue_config(StackConfig(stack_dir=tmp_path, kueue_mode="minimal",
@@ -105,25 +105,6 @@ def test_kueue_pod_integration_overlay_turns_pod_on_only_in_selected_namespaces(
     # minimal without the overlay stays pod-free
     assert "managedJobsNamespaceSelector" not in kueue_config(
         StackConfig(stack_dir=tmp_path, kueue_mode="minimal"), 1, 2)
-
-
-def test_kueue_pod_webhooks_match_what_kueue_ships():
-    from bench.kueue_pods import kueue_pod_webhook_configurations
-
-    selector = {"matchLabels": {"team": "x"}}
-    mutating, validating = kueue_pod_webhook_configurations("https://127.0.0.1:7000/", b"CA", selector)
-    (m,), (v,) = mutating["webhooks"], validating["webhooks"]
-    assert (m["name"], m["clientConfig"]["url"]) == ("mpod.kb.io", "https://127.0.0.1:7000/mutate--v1-pod")
-    assert (v["name"], v["clientConfig"]["url"]) == ("vpod.kb.io",
-                                                     "https://127.0.0.1:7000/validate--v1-pod")
-    assert m["rules"][0]["operations"] == ["CREATE"]
-    assert v["rules"][0]["operations"] == ["CREATE", "UPDATE"]
-    assert base64.b64decode(v["clientConfig"]["caBundle"]) == b"CA"
-    assert m["namespaceSelector"] == v["namespaceSelector"] == selector
-    selector["matchLabels"]["team"] = "changed"  # the configurations hold their own copy
-    assert m["namespaceSelector"] == {"matchLabels": {"team": "x"}}
-    # Kueue's configurations sort before raykueue's
-    assert all(c["metadata"]["name"] < contract.MUTATING_WEBHOOK_CONFIG for c in (mutating, validating))
 
 
 def test_restart_through_a_stale_stack_object_keeps_the_other_components(tmp_path) -> None:

@@ -1,7 +1,8 @@
 """devstack/kueue_shipped.py: Kueue's shipped Configuration, webhooks and APIService for the stack.
 
-Tests marked "module" read the Kueue module pinned in controlplane/go.mod from
-the Go module cache (controlplane/build.sh downloads it).
+Its rules on made-up inputs; what it makes of the Kueue module controlplane/go.mod
+pins (from the Go module cache) is tested in the tools tier:
+tests/tools/test_kueue_module.py.
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from bench.kueue_pods import kueue_pod_webhook_configurations
 from devstack import kueue_shipped as ks
-from devstack.components import kueue_config
 from devstack.config import KUEUE_MODE_ENV, StackConfig
 from devstack.objects import KUEUE_NAMESPACE
 from devstack.stack import Stack, StackError, _other_mode
-from raykueue.core import contract
 
 NOT_SYSTEM = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                                     "values": ["kube-system", "kueue-system"]}]}
@@ -93,11 +91,6 @@ def test_module_cache_honours_gomodcache(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert ks.module_cache() == tmp_path
 
 
-def test_the_module_is_the_version_controlplane_pins() -> None:
-    version = ks.pinned_version(ks.GO_MOD.read_text())
-    assert ks.kueue_module_dir().name == f"kueue@{version}"
-
-
 # ---- webhook configurations ---------------------------------------------------------------
 
 def test_kustomized_webhooks_apply_the_patch_replacements_and_prefix() -> None:
@@ -150,57 +143,10 @@ def test_kueue_webhook_configurations_can_keep_some_hooks_for_some_namespaces() 
     assert validating["webhooks"][0]["namespaceSelector"] == selector
 
 
-def test_shipped_webhooks_cover_every_job_and_pod_webhook_of_the_module() -> None:
-    module = ks.shipped_module()
-    configs = ks.kueue_webhook_configurations(module.webhook_configurations(), "https://k", b"CA")
-    assert [c["metadata"]["name"] for c in configs] == [
-        "kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration"]
-    # Kueue's configurations sort (and so are called) before raykueue's
-    assert all(c["metadata"]["name"] < contract.MUTATING_WEBHOOK_CONFIG for c in configs)
-    hooks = {h["name"]: h for c in configs for h in c["webhooks"]}
-    for name in ("mpod.kb.io", "vpod.kb.io", "mraycluster.kb.io", "vraycluster.kb.io",
-                 "mrayjob.kb.io", "mrayservice.kb.io", "mjob.kb.io", "vjob.kb.io"):
-        assert hooks[name]["namespaceSelector"] == NOT_SYSTEM, name
-    # Kueue's own objects are not namespaced: no selector
-    assert "namespaceSelector" not in hooks["vworkload.kb.io"]
-    assert hooks["mraycluster.kb.io"]["clientConfig"]["url"] == "https://k/mutate-ray-io-v1-raycluster"
-
-
-def test_pod_webhooks_for_the_benchmarks_are_the_shipped_pod_webhooks() -> None:
-    mutating, validating = kueue_pod_webhook_configurations("https://k", b"CA",
-                                                            {"matchLabels": {"a": "b"}})
-    shipped = {h["name"]: h for c in ks.shipped_module().webhook_configurations()
-               for h in c["webhooks"]}
-    for config in (mutating, validating):
-        (hook,) = config["webhooks"]
-        assert hook["rules"] == shipped[hook["name"]]["rules"]
-        assert hook["namespaceSelector"] == {"matchLabels": {"a": "b"}}
-
-
 # ---- Kueue's Configuration --------------------------------------------------------------------
 
 def _listen(visibility: int | None = 3) -> ks.Listeners:
     return ks.Listeners(health=1, webhook=2, webhook_cert_dir=Path("/certs"), visibility=visibility)
-
-
-def test_shipped_configuration_keeps_the_module_s_frameworks_and_moves_listeners() -> None:
-    module = ks.shipped_module()
-    raw = yaml.safe_load((module.root / ks.MANAGER_CONFIG).read_text())
-    cfg = ks.kueue_configuration(module.manager_config, KUEUE_NAMESPACE, _listen())
-    assert cfg["integrations"]["frameworks"] == raw["integrations"]["frameworks"]
-    assert {"pod", "ray.io/raycluster", "ray.io/rayjob", "ray.io/rayservice"} <= set(
-        cfg["integrations"]["frameworks"])
-    assert cfg["controller"] == raw["controller"]
-    assert cfg["clientConnection"] == raw["clientConnection"]
-    # VisibilityOnDemand and the rest keep Kueue's defaults
-    assert "featureGates" not in cfg
-    assert "manageJobsWithoutQueueName" not in cfg
-    assert cfg["leaderElection"] == {"leaderElect": False}
-    assert cfg["internalCertManagement"] == {"enable": False}
-    assert cfg["health"]["healthProbeBindAddress"] == "127.0.0.1:1"
-    assert cfg["webhook"] == {"host": "127.0.0.1", "port": 2, "certDir": "/certs"}
-    assert cfg["visibilityServer"] == {"bindAddress": "127.0.0.1", "bindPort": 3}
-    assert cfg["namespace"] == module.namespace == KUEUE_NAMESPACE
 
 
 def test_minimal_configuration_and_the_overlay() -> None:
@@ -211,15 +157,6 @@ def test_minimal_configuration_and_the_overlay() -> None:
     assert cfg["waitForPodsReady"] == {"timeout": "5m"}
     assert cfg["integrations"]["frameworks"] == ["pod"], "the overlay comes last"
     assert ks.MINIMAL_BASE["integrations"]["frameworks"] == ["batch/job"], "base left alone"
-
-
-def test_stack_picks_the_configuration_of_its_mode(tmp_path: Path) -> None:
-    shipped = kueue_config(StackConfig(stack_dir=tmp_path, kueue_mode="shipped"), 1, 2, 3)
-    minimal = kueue_config(StackConfig(stack_dir=tmp_path, kueue_mode="minimal"), 1, 2, 3)
-    assert "ray.io/raycluster" in shipped["integrations"]["frameworks"]
-    assert shipped["visibilityServer"]["bindPort"] == 3
-    assert minimal["integrations"]["frameworks"] == ["batch/job"]
-    assert "visibilityServer" not in minimal
 
 
 # ---- the aggregation layer -------------------------------------------------------------------
@@ -239,21 +176,6 @@ def test_aggregation_pki_and_flags(tmp_path: Path) -> None:
     assert ExtendedKeyUsageOID.CLIENT_AUTH in eku
     # a second call keeps the pair the running API server already has
     assert ks.ensure_aggregation_pki(tmp_path)[1].cert.read_bytes() == client.cert.read_bytes()
-
-
-def test_visibility_objects_route_the_shipped_apiservice_to_loopback() -> None:
-    module = ks.shipped_module()
-    shipped = module.doc(ks.VISIBILITY_APISERVICE)
-    svc, apisvc = ks.visibility_objects(shipped, module.doc(ks.VISIBILITY_SERVICE),
-                                        module.namespace, 8123)
-    assert svc["spec"] == {"type": "ExternalName", "externalName": "localhost"}
-    assert svc["metadata"]["namespace"] == KUEUE_NAMESPACE
-    assert apisvc["metadata"] == {"name": "v1beta2.visibility.kueue.x-k8s.io"}
-    assert apisvc["spec"]["service"] == {"name": svc["metadata"]["name"],
-                                         "namespace": KUEUE_NAMESPACE, "port": 8123}
-    for key in ("group", "version", "groupPriorityMinimum", "versionPriority",
-                "insecureSkipTLSVerify"):
-        assert apisvc["spec"][key] == shipped["spec"][key], key
 
 
 # ---- the mode of a stack ---------------------------------------------------------------------
@@ -295,18 +217,3 @@ def test_a_stack_of_the_other_mode_goes_only_when_no_one_else_uses_it(tmp_path: 
     (users / str(os.getpid())).touch()  # only the asking session itself
     _other_mode(stack, "shipped", os.getpid(), logged.append)
     assert logged and "restarting" in logged[0]
-
-
-def test_the_stack_publishes_kueues_configuration_as_installs_do() -> None:
-    """raykueue reads Kueue's setup from this ConfigMap (coexist/); the stack's must parse as shipped."""
-    import yaml
-
-    from devstack.kueue_shipped import manager_config_map, shipped_module
-    from raykueue.coexist.kueueconfig import parse
-
-    text = yaml.safe_dump(shipped_module().manager_config)
-    cm = manager_config_map(text, "kueue-system")
-    assert (cm["metadata"]["name"], cm["metadata"]["namespace"]) == ("kueue-manager-config", "kueue-system")
-    setup = parse(cm["data"]["controller_manager_config.yaml"], "stack")
-    assert setup.ray_kinds == {"RayCluster", "RayJob", "RayService"} and setup.pod_integration
-    assert setup.wait_for_pods_ready

@@ -14,7 +14,7 @@ from raykueue.kube.backoff import Backoff
 from raykueue.kube.cache import ADDED, DELETED, MODIFIED, WatchCache, diff, drop_managed_fields
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 
 def pod(ns: str, name: str, rv: int, **extra: Any) -> dict[str, Any]:

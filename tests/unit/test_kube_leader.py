@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable
@@ -21,8 +20,10 @@ from raykueue.kube.leader import (
     observe,
     released,
 )
+from raykueue.kube.resources import LEASES
 from raykueue.kube.rest import ApiError
-from tests.waiting import wait_for, within
+from testkit.waiting import wait_for, within
+from tests.fakeapi import FakeApi
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -98,59 +99,22 @@ def test_released_clears_holder_and_keeps_history() -> None:
 
 def test_timing_must_nest() -> None:
     with pytest.raises(ValueError):
-        LeaderElector(FakeLeases(), "ns", "l", "a", lease_seconds=10, renew_seconds=10)  # type: ignore[arg-type]
+        LeaderElector(leases(), "ns", "l", "a", lease_seconds=10, renew_seconds=10)  # type: ignore[arg-type]
 
 
 # -- the protocol against a fake store ------------------------------------------------
 
-class FakeLeases:
-    """Leases with resourceVersion preconditions, like the API server."""
+LEASE = LEASES.path("kube-system", "lock")
 
-    def __init__(self) -> None:
-        self.obj: dict[str, Any] | None = None
-        self.rv = 0
-        self.fail = False
-        self.lock = threading.Lock()
-        self.writes = 0
 
-    def _check(self) -> None:
-        if self.fail:
-            raise ApiError(0, "ConnectionRefusedError")
+def leases() -> FakeApi:
+    """The one fake API (resourceVersion preconditions as the API server's), serving Leases."""
+    return FakeApi([LEASES])
 
-    def get(self, path: str, query: Any = None, *, timeout: Any = None) -> dict[str, Any]:
-        self._check()
-        with self.lock:
-            if self.obj is None:
-                raise ApiError(404, "NotFound")
-            return copy.deepcopy(self.obj)
 
-    def create(self, path: str, body: dict[str, Any], query: Any = None, *,
-               timeout: Any = None) -> dict[str, Any]:
-        self._check()
-        with self.lock:
-            if self.obj is not None:
-                raise ApiError(409, "AlreadyExists")
-            return self._store(body)
-
-    def replace(self, path: str, body: dict[str, Any], *, timeout: Any = None) -> dict[str, Any]:
-        self._check()
-        with self.lock:
-            assert self.obj is not None
-            if body["metadata"].get("resourceVersion") != self.obj["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict")
-            return self._store(body)
-
-    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.rv += 1
-        self.writes += 1
-        self.obj = copy.deepcopy(body)
-        self.obj["metadata"]["resourceVersion"] = str(self.rv)
-        return copy.deepcopy(self.obj)
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        assert self.obj is not None
-        return self.obj["spec"]
+def held(store: FakeApi) -> dict[str, Any]:
+    """The stored Lease's spec, read as no client (unrecorded, never failing)."""
+    return store.objects[LEASE]["spec"]
 
 
 class Clock:
@@ -167,7 +131,7 @@ class Clock:
         return (self.now - T0).total_seconds()
 
 
-def elector(store: FakeLeases, identity: str, clock: Callable[[], datetime] | None = None,
+def elector(store: FakeApi, identity: str, clock: Callable[[], datetime] | None = None,
             **timing: float) -> LeaderElector:
     kw: dict[str, Any] = {"lease_seconds": 15, "renew_seconds": 10, "retry_seconds": 2, **timing}
     if isinstance(clock, Clock):
@@ -179,16 +143,16 @@ def elector(store: FakeLeases, identity: str, clock: Callable[[], datetime] | No
 
 
 def test_first_candidate_creates_lease() -> None:
-    store = FakeLeases()
+    store = leases()
     assert elector(store, "a").try_acquire_or_renew()
-    assert store.spec["holderIdentity"] == "a"
-    assert store.spec["leaseDurationSeconds"] == 15
-    assert store.spec["leaseTransitions"] == 0
-    assert store.obj is not None and store.obj["kind"] == "Lease"
+    assert held(store)["holderIdentity"] == "a"
+    assert held(store)["leaseDurationSeconds"] == 15
+    assert held(store)["leaseTransitions"] == 0
+    assert store.objects[LEASE]["kind"] == "Lease"
 
 
 def test_second_candidate_waits_until_expiry_then_takes_over() -> None:
-    store, clock = FakeLeases(), Clock()
+    store, clock = leases(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     assert a.try_acquire_or_renew()
     clock.now = T0 + timedelta(seconds=10)
@@ -200,8 +164,8 @@ def test_second_candidate_waits_until_expiry_then_takes_over() -> None:
     assert not b.try_acquire_or_renew()  # 14s after b saw it: still held
     clock.now = T0 + timedelta(seconds=40)
     assert b.try_acquire_or_renew()
-    assert store.spec["holderIdentity"] == "b"
-    assert store.spec["leaseTransitions"] == 1
+    assert held(store)["holderIdentity"] == "b"
+    assert held(store)["leaseTransitions"] == 1
     assert not a.try_acquire_or_renew()  # the old leader sees b's fresh claim
 
 
@@ -212,7 +176,7 @@ def test_expiry_ignores_skewed_wall_clocks(skew_hours: int) -> None:
     Judged by renewTime against b's clock, b would take a live lease at once
     (clock ahead) or wait an hour for a dead one (clock behind).
     """
-    store, clock_a = FakeLeases(), Clock()
+    store, clock_a = leases(), Clock()
     clock_b = Clock(skew=timedelta(hours=skew_hours))
     a, b = elector(store, "a", clock_a), elector(store, "b", clock_b)
     assert a.try_acquire_or_renew()
@@ -226,35 +190,35 @@ def test_expiry_ignores_skewed_wall_clocks(skew_hours: int) -> None:
     assert not b.try_acquire_or_renew()
     clock_b.now = T0 + timedelta(seconds=31)
     assert b.try_acquire_or_renew()
-    assert store.spec["holderIdentity"] == "b"
+    assert held(store)["holderIdentity"] == "b"
 
 
 def test_stale_write_loses_to_concurrent_writer() -> None:
-    store, clock = FakeLeases(), Clock()
+    store, clock = leases(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     assert a.try_acquire_or_renew()
     assert not b.try_acquire_or_renew()  # b's first sight of a's record
     clock.now = T0 + timedelta(seconds=60)
-    stale = store.get("")
+    stale = store.get(LEASE)
     assert b.try_acquire_or_renew()
     stale["spec"] = claim(stale["spec"], "c", 15, clock.now)
     with pytest.raises(ApiError) as info:
-        store.replace("", stale)
+        store.replace(LEASE, stale)
     assert info.value.is_conflict
 
 
 def test_release_hands_over_at_once() -> None:
-    store, clock = FakeLeases(), Clock()
+    store, clock = leases(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     assert a.try_acquire_or_renew()
     assert a.release()
     assert b.try_acquire_or_renew()  # same instant, no waiting for expiry
     assert not a.release()  # no longer ours: untouched
-    assert store.spec["holderIdentity"] == "b"
+    assert held(store)["holderIdentity"] == "b"
 
 
 def test_run_leads_then_releases_on_stop() -> None:
-    store = FakeLeases()
+    store = leases()
     a = elector(store, "a", lease_seconds=3, renew_seconds=1, retry_seconds=0.05)
     stop = threading.Event()
     started, lost_seen = threading.Event(), threading.Event()
@@ -267,17 +231,17 @@ def test_run_leads_then_releases_on_stop() -> None:
     runner = threading.Thread(target=a.run, args=(work, stop), daemon=True)
     runner.start()
     assert started.wait(2) and a.is_leader
-    writes = store.writes
-    wait_for(lambda: store.writes > writes + 1, timeout=within(1), message="renewals")
+    writes = len(store.writes())
+    wait_for(lambda: len(store.writes()) > writes + 1, timeout=within(1), message="renewals")
     stop.set()
     runner.join(3)
     assert not runner.is_alive()
     assert lost_seen.is_set() and not a.is_leader
-    assert "holderIdentity" not in store.spec
+    assert "holderIdentity" not in held(store)
 
 
 def test_run_steps_down_when_renewals_fail_past_deadline() -> None:
-    store = FakeLeases()
+    store = leases()
     # A long lease: stepping down must come after the renew deadline and before
     # anyone else could take the Lease, and the gap between the two is wide.
     lease, renew, retry = 10, 0.4, 0.05
@@ -294,14 +258,14 @@ def test_run_steps_down_when_renewals_fail_past_deadline() -> None:
     runner = threading.Thread(target=a.run, args=(work, stop), daemon=True)
     runner.start()
     assert started.acquire(timeout=2)
-    store.fail = True
+    store.unreachable()
     began = time.monotonic()
     assert lost_events[0].wait(lease)
     assert renew - retry < time.monotonic() - began < lease
     assert not a.is_leader
     # The record still names us, so once the API is back we lead again,
     # with a fresh lost event.
-    store.fail = False
+    store.reachable()
     assert started.acquire(timeout=2)
     assert len(lost_events) == 2 and not lost_events[1].is_set()
     stop.set()
@@ -310,7 +274,7 @@ def test_run_steps_down_when_renewals_fail_past_deadline() -> None:
 
 
 def test_two_runners_never_lead_together_and_fail_over() -> None:
-    store = FakeLeases()
+    store = leases()
     timing = {"lease_seconds": 1, "renew_seconds": 0.6, "retry_seconds": 0.05}
     wall = lambda: datetime.now(UTC)  # noqa: E731
     a, b = elector(store, "a", wall, **timing), elector(store, "b", wall, **timing)
@@ -352,7 +316,7 @@ FAST_FAILURES = {"lease_seconds": 3, "renew_seconds": 1, "retry_seconds": 0.05}
 
 @pytest.mark.parametrize("ending", ["raises", "returns"])
 def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(ending: str) -> None:
-    store = FakeLeases()
+    store = leases()
     wall = lambda: datetime.now(UTC)  # noqa: E731
     released_when_failed: list[bool] = []
 
@@ -360,7 +324,7 @@ def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(endi
         # The failure's backoff is taken the moment before the failure is reported:
         # the Lease must be free by then.
         def next(self) -> float:
-            released_when_failed.append("holderIdentity" not in store.spec and not a.is_leader)
+            released_when_failed.append("holderIdentity" not in held(store) and not a.is_leader)
             return super().next()
 
     a = elector(store, "a", wall, failures=Observed(initial=0.3, cap=0.3, jitter=0),
@@ -385,7 +349,7 @@ def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(endi
         wait_for(lambda: len(terms) == 2 and a.is_leader, timeout=5,
                  message="a campaigns again after the backoff and leads")
         assert a.failure is None
-        assert store.spec["holderIdentity"] == "a"
+        assert held(store)["holderIdentity"] == "a"
     finally:
         stop.set()
         runner.join(3)
@@ -393,7 +357,7 @@ def test_work_that_ends_by_itself_ends_leadership_and_retries_after_backoff(endi
 
 
 def test_a_failed_leader_hands_over_at_once() -> None:
-    store = FakeLeases()
+    store = leases()
     wall = lambda: datetime.now(UTC)  # noqa: E731
     # a backs off far longer than the test, and its lease would last a minute:
     # b can only lead because a released the Lease.

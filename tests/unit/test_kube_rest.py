@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client import ApiClient, Configuration
 
 from raykueue.kube.rest import ApiError, Rest, WatchStream, encode_query
-from tests.waiting import wait_for, within
+from testkit.waiting import wait_for, within
 
 
 class Recorded:

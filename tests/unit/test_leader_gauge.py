@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from raykueue.app.leadership import ControllerHost
 from raykueue.app.settings import Settings
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 
 def leader() -> float | None:

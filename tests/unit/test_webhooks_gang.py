@@ -11,7 +11,7 @@ import pytest
 from raykueue.app.lookup import keep_metadata
 from raykueue.core import contract as c
 from raykueue.webhooks.classify import Context
-from tests import reviews as rv
+from testkit import reviews as rv
 from tests.unit.test_webhooks_mutate import RAYCLUSTER, patched, run
 
 

@@ -14,8 +14,8 @@ from raykueue.core import contract as c
 from raykueue.webhooks.admit import admit_create, ray_owner
 from raykueue.webhooks.classify import Context, PodPriority, Policy, is_dns1123_subdomain
 from raykueue.webhooks.review import encode, parse
-from tests import reviews as rv
-from tests.reviews import gates
+from testkit import reviews as rv
+from testkit.reviews import gates
 
 POLICY = Policy()
 RAYCLUSTER = {

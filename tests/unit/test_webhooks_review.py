@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from raykueue.webhooks.review import BadReview, Verdict, encode, parse, request_uid
-from tests import reviews as rv
+from testkit import reviews as rv
 
 
 def test_real_review_parses_to_the_fields_rules_need() -> None:

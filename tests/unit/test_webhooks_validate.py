@@ -11,7 +11,7 @@ import pytest
 from raykueue.core import contract as c
 from raykueue.webhooks.admit import admit_update
 from raykueue.webhooks.review import parse
-from tests import reviews as rv
+from testkit import reviews as rv
 
 CONTROLLER = c.DEFAULT_CONTROLLER_IDENTITY
 CONTROLLERS = frozenset({CONTROLLER})

@@ -1,6 +1,6 @@
-"""AdmissionReview fixtures and small edits of them, shared by unit tests and the benchmark.
+"""AdmissionReview fixtures and small edits of them, shared by the tests and the benchmarks.
 
-The fixtures under tests/fixtures are KubeRay head and worker pod creations in
+The fixtures under testkit/fixtures are KubeRay head and worker pod creations in
 the shape the API server sends them: defaulted spec, managedFields,
 ownerReferences, a service account's userInfo.
 """

@@ -1,9 +1,9 @@
-"""bench/apiview.py: the ceiling webhook is registered exactly as raykueue's pod webhook."""
+"""devstack/ceiling.py: the ceiling webhook is registered exactly as raykueue's pod webhook."""
 
 from __future__ import annotations
 
 import devstack
-from bench.apiview import CEILING_HOOK, POD_HOOK, ceiling_configuration
+from devstack.ceiling import CEILING_HOOK, POD_HOOK, ceiling_configuration
 
 SELECTOR = {"matchLabels": {"bench.raykueue.io/system": "ceiling"}}
 

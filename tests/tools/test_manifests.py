@@ -1,14 +1,13 @@
 """manifests/ agrees with the names the code uses.
 
 The install and the code spell the same names in two languages; these checks
-keep a rename in one from silently breaking the other. Needs a kubectl with
-kustomize (the devstack one or any on PATH); skipped without one.
+keep a rename in one from silently breaking the other. kustomize is the
+control plane's kubectl (controlplane/build.sh): the tools tier, where a
+missing one fails.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from devstack.config import default_bin_dir
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
 
@@ -28,11 +28,11 @@ NAMESPACE = "raykueue-system"
 SERVICE_DNS = [f"raykueue-webhook.{NAMESPACE}.svc", f"raykueue-webhook.{NAMESPACE}.svc.cluster.local"]
 
 
-def _kubectl() -> str | None:
-    bin_dir = Path(os.environ.get("RAYKUEUE_BIN_DIR") or Path.home() / ".cache/raykueue/bin")
-    if (bin_dir / "kubectl").exists():
-        return str(bin_dir / "kubectl")
-    return shutil.which("kubectl")
+def _kubectl() -> str:
+    kubectl = default_bin_dir() / "kubectl"
+    if not kubectl.exists():
+        pytest.fail(f"{kubectl} is missing; run controlplane/build.sh")
+    return str(kubectl)
 
 
 def by_name(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -40,10 +40,7 @@ def by_name(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]
 
 
 def build(path: Path) -> list[dict[str, Any]]:
-    kubectl = _kubectl()
-    if kubectl is None:
-        pytest.skip("no kubectl to run kustomize")
-    out = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True,
+    out = subprocess.run([_kubectl(), "kustomize", str(path)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]

@@ -1,4 +1,4 @@
-"""bench/common.py: a bench run stopped by a signal still stops what it started."""
+"""testkit/interrupt.py: a bench run stopped by a signal still stops what it started."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.common import interruptible
+from testkit.interrupt import interruptible
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

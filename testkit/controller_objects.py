@@ -16,7 +16,7 @@ from typing import Any
 
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
-from tests.reviews import head_review, pod_of, worker_review
+from testkit.reviews import head_review, pod_of, worker_review
 
 T0 = "2026-12-02T09:40:12Z"
 T1 = "2026-12-02T09:40:15Z"

@@ -1,4 +1,4 @@
-"""bench/histograms.py: quantiles as PromQL's histogram_quantile estimates them."""
+"""testkit/histograms.py: quantiles as PromQL's histogram_quantile estimates them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.histograms import WEBHOOK_DURATION, Histogram, histogram_quantile, histograms, merged
+from testkit.histograms import WEBHOOK_DURATION, Histogram, histogram_quantile, histograms, merged
 
 INF = math.inf
 # 10 observations: 2 under 5 ms, 6 more under 25 ms, 1 under 100 ms, 1 above every bound.
