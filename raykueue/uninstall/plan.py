@@ -462,9 +462,13 @@ def _unit_line(u: Unit) -> str:
     return "   " + "; ".join(parts)
 
 
-def render(plan: Plan, *, acting: bool) -> list[str]:
-    lines = ["raykueue uninstall: " + ("acting on this plan" if acting else
-                                        "the plan (a dry run: nothing is changed; --yes acts on it)")]
+def render(plan: Plan, *, act: bool) -> list[str]:
+    """The plan in words; `act`: --yes was given."""
+    if plan.blockers:
+        head = "blocked: nothing is changed" if act else "the plan (a dry run: nothing is changed)"
+    else:
+        head = "acting on this plan" if act else "the plan (a dry run: nothing is changed; --yes acts on it)"
+    lines = [f"raykueue uninstall: {head}"]
     if plan.blockers:
         lines.append("Blocked: nothing is done while any of these remains:")
         lines += [f"   {u.ref}: {u.blocker}" for u in plan.blockers]

@@ -98,7 +98,7 @@ class Uninstall:
 
     def run(self, *, handback: bool, act: bool) -> int:
         plan = self.plan(handback=handback)
-        for line in p.render(plan, acting=act and not plan.blockers):
+        for line in p.render(plan, act=act):
             self.out(line)
         if plan.blockers:
             return BLOCKED
@@ -124,7 +124,7 @@ class Uninstall:
         # was gated by raykueue: suspend it too. Nothing can be gated any more.
         again = self.plan(handback=plan.handback)
         if again.blockers:
-            for line in p.render(again, acting=False):
+            for line in p.render(again, act=True):
                 self.out(line)
             self.out("raykueue uninstall: stopped: the blockers above appeared while it ran "
                      "(raykueue's webhooks are already deleted)")
