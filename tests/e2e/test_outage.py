@@ -58,9 +58,14 @@ OUTAGE_SECONDS = float(os.environ.get("RAYKUEUE_OUTAGE_SECONDS", "0"))
 
 
 def owner_clause_shipped() -> bool:
-    """Whether manifests/webhooks.yaml still sends every object with a ray.io owner to raykueue."""
-    return any("ownerReferences" in cond.get("expression", "")
+    """Whether manifests/webhooks.yaml still sends every object with a ray.io owner to raykueue.
+
+    That is the fail-closed webhooks' `opt-in-possible` condition, which passes an object
+    with its own opt-in or any ray.io owner (the scope rework replaces it).
+    """
+    return any(cond.get("name") == "opt-in-possible" and "ownerReferences" in cond.get("expression", "")
                for config in shipped_webhook_configurations() for hook in config["webhooks"]
+               if hook.get("failurePolicy", "Fail") == "Fail"
                for cond in hook.get("matchConditions") or [])
 
 
@@ -150,9 +155,9 @@ def test_an_opted_in_cluster_waits_naming_raykueue_then_proceeds_with_nothing_lo
 
         raykueue.stop()
         down_at = time.monotonic()
-        # The autoscaler asks for two more workers, as it would while raykueue is down.
-        group = ray_object(c.RAYCLUSTER_KIND, "mine", 3, opted_in=True)["spec"]["workerGroupSpecs"]
-        admin.merge_patch(rcs.path(ns, "mine"), {"spec": {"workerGroupSpecs": group}})
+        # The autoscaler asks for two more workers, with the patch it sends.
+        admin.json_patch(rcs.path(ns, "mine"), [
+            {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 3}])
         # Where a user sees why: `kubectl describe raycluster` shows KubeRay's Warning Event
         # and `kubectl get raycluster -o yaml` its ReplicaFailure condition, both with the
         # API server's words naming raykueue's pod webhook.

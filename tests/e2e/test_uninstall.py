@@ -126,9 +126,10 @@ def test_uninstall_with_handback_leaves_nothing_and_kueue_admits_each_cluster_wh
         (worker,) = [p for p in s["pods"] if p["metadata"]["labels"][c.NODE_TYPE_LABEL] == "worker"
                      and running(p)]
         (waiting,) = [p for p in s["pods"] if gated_by_raykueue(p)]
-        group = ray_object(RC, "fixed", 1, opted_in=True, cpu="1")["spec"]["workerGroupSpecs"][0]
-        group["scaleStrategy"] = {"workersToDelete": [worker["metadata"]["name"]]}
-        admin.merge_patch(RAY[RC].path(ns, "fixed"), {"spec": {"workerGroupSpecs": [group]}})
+        admin.json_patch(RAY[RC].path(ns, "fixed"), [  # the autoscaler's scale-down patch
+            {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 1},
+            {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy",
+             "value": {"workersToDelete": [worker["metadata"]["name"]]}}])
 
         def stuck() -> bool:
             uid = waiting["metadata"]["uid"]
