@@ -64,7 +64,7 @@ def owner_clause_shipped() -> bool:
     with its own opt-in or any ray.io owner (the scope rework replaces it).
     """
     return any(cond.get("name") == "opt-in-possible" and "ownerReferences" in cond.get("expression", "")
-               for config in shipped_webhook_configurations() for hook in config["webhooks"]
+               for config in shipped_webhook_configurations() for hook in config.get("webhooks") or []
                if hook.get("failurePolicy", "Fail") == "Fail"
                for cond in hook.get("matchConditions") or [])
 
