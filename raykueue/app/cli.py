@@ -76,6 +76,19 @@ def _parser() -> argparse.ArgumentParser:
     uninstall.add_argument("--timeout", type=float, default=300.0,
                            help="seconds to wait for each step's pods and Workloads to go")
     uninstall.add_argument("--kubeconfig")
+
+    handback = sub.add_parser(
+        "handback", help="give one opted-in RayCluster or RayJob to Kueue, raykueue staying "
+        "installed: suspend it, then the queue label; Kueue admits it whole; a dry run unless --yes",
+        description="The owner's way out for one object, with the owner's credentials. Exit codes "
+        "as for uninstall.")
+    handback.add_argument("kind", choices=["raycluster", "rayjob"])
+    handback.add_argument("name")
+    handback.add_argument("-n", "--namespace", default="default")
+    handback.add_argument("--yes", action="store_true", help="act (default: print the plan)")
+    handback.add_argument("--timeout", type=float, default=300.0,
+                          help="seconds to wait for its pods and Workloads to go")
+    handback.add_argument("--kubeconfig")
     return parser
 
 
@@ -88,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(Settings(**overrides))
     if args.command == "certs":
         return certs(args)
-    if args.command == "uninstall":
+    if args.command in ("uninstall", "handback"):
         return uninstall(args)
     return explain(args.pod, args.namespace, args.kubeconfig)
 
@@ -167,15 +180,21 @@ def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
 
 
 def uninstall(args: argparse.Namespace) -> int:
+    """`raykueue uninstall` and `raykueue handback` (one object)."""
     from raykueue.kube.client import load_api_client
     from raykueue.kube.rest import Rest
     from raykueue.uninstall.run import FAILED, Uninstall
 
     api = load_api_client(args.kubeconfig)
     if api is None:
-        print("raykueue uninstall: no cluster reachable (set --kubeconfig or KUBECONFIG)", file=sys.stderr)
+        print(f"raykueue {args.command}: no cluster reachable (set --kubeconfig or KUBECONFIG)",
+              file=sys.stderr)
         return FAILED
-    return Uninstall(Rest(api), timeout=args.timeout).run(handback=args.handback, act=args.yes)
+    tool = Uninstall(Rest(api), timeout=args.timeout)
+    if args.command == "handback":
+        kind = {"raycluster": "RayCluster", "rayjob": "RayJob"}[args.kind]
+        return tool.hand_back_one(kind, args.namespace, args.name, act=args.yes)
+    return tool.run(handback=args.handback, act=args.yes)
 
 
 def certs(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.core.objects import metadata
 from raykueue.kube.resources import (
@@ -53,10 +54,11 @@ class Uninstall:
 
     # --- reading ------------------------------------------------------------------
 
-    def _list(self, resource: Resource, selector: str | None = None) -> list[dict[str, Any]]:
+    def _list(self, resource: Resource, selector: str | None = None, namespace: str | None = None
+              ) -> list[dict[str, Any]]:
         query = {"labelSelector": selector} if selector else None
         try:
-            return list(self.rest.get(resource.path(), query)["items"])
+            return list(self.rest.get(resource.path(namespace), query)["items"])
         except ApiError as exc:
             if exc.is_not_found:  # the kind is not served here (Kueue or KubeRay absent)
                 return []
@@ -78,16 +80,19 @@ class Uninstall:
                 self._workloads = crd(c.KUEUE_GROUP, WORKLOAD_VERSIONS[0], "workloads")
         return self._workloads
 
-    def read(self) -> p.World:
-        configs = [(plural, cfg) for plural, res in WEBHOOK_RESOURCES.items()
-                   for cfg in self._list(res) if p.is_raykueue_webhook_config(cfg)]
+    def read(self, namespace: str | None = None) -> p.World:
+        """Everything the plan reads; within `namespace` only (and no webhooks) when given."""
+        configs = [] if namespace else [
+            (plural, cfg) for plural, res in WEBHOOK_RESOURCES.items()
+            for cfg in self._list(res) if p.is_raykueue_webhook_config(cfg)]
+        ours = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE}"
         return p.World(
-            rayclusters=self._list(RAY[c.RAYCLUSTER_KIND]),
-            rayjobs=self._list(RAY[c.RAYJOB_KIND]),
-            rayservices=self._list(RAY[c.RAYSERVICE_KIND]),
-            pods=self._list(PODS, RAY_POD_SELECTOR),
-            workloads=self._list(self.workloads_resource(), f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE}"),
-            local_queues=self._list(LOCAL_QUEUES),
+            rayclusters=self._list(RAY[c.RAYCLUSTER_KIND], namespace=namespace),
+            rayjobs=self._list(RAY[c.RAYJOB_KIND], namespace=namespace),
+            rayservices=self._list(RAY[c.RAYSERVICE_KIND], namespace=namespace),
+            pods=self._list(PODS, RAY_POD_SELECTOR, namespace),
+            workloads=self._list(self.workloads_resource(), ours, namespace),
+            local_queues=self._list(LOCAL_QUEUES, namespace=namespace),
             webhook_configs=configs,
         )
 
@@ -147,7 +152,7 @@ class Uninstall:
                  "--ignore-not-found (or: helm uninstall raykueue -n raykueue-system).")
         return OK
 
-    def _suspend_and_drain(self, plan: p.Plan) -> None:
+    def _suspend_and_drain(self, plan: p.Plan, namespace: str | None = None) -> None:
         units = [u for u in plan.units if not u.blocker]
         suspending = [u for u in units if u.needs_suspend]
         waiting = [u for u in units if u.pods]
@@ -162,7 +167,7 @@ class Uninstall:
         uids = {u.ref.uid for u in units}
 
         def left() -> list[str]:
-            world = self.read()
+            world = self.read(namespace)
             return sorted(f"{metadata(pod).get('namespace')}/{metadata(pod).get('name')}"
                           for uid, pods in p.unit_pods(world).items() if uid in uids for pod in pods)
 
@@ -208,6 +213,64 @@ class Uninstall:
                 return
         self.out(f"handed back {unit.ref} to Kueue: LocalQueue {queue}; Kueue resumes it once it "
                  "admits it")
+
+    # --- one object, by its owner ------------------------------------------------------
+
+    def hand_back_one(self, kind: str, namespace: str, name: str, *, act: bool) -> int:
+        """`raykueue handback`: one opted-in object to Kueue, with raykueue still installed.
+
+        The same steps as the uninstall's for one object (suspend, wait for its pods and
+        their Workloads to go, hand back), with the owner's own credentials: it reads and
+        writes only that namespace. The owner asked for it by name, so an object they
+        had suspended themselves is handed back too.
+        """
+        world = self.read(namespace)
+        obj = world.find(kind, namespace, name)
+        ref = p.Ref(kind, namespace, name)
+        if obj is None:
+            self.out(f"raykueue handback: {ref} not found")
+            return FAILED
+        unit = next((u for u in p.make_plan(world, handback=True).units
+                     if u.ref.uid == metadata(obj).get("uid")), None)
+        if unit is None:
+            self.out(f"raykueue handback: {ref} is not raykueue's (not opted in, or Kueue's already): "
+                     "nothing to hand back")
+            return OK
+        if unit.blocker:
+            self.out(f"raykueue handback: {ref}: {unit.blocker}")
+            return BLOCKED
+        back = unit.handback or p.queue_for(world, kind, obj)
+        if back.queue is None:
+            self.out(f"raykueue handback: {ref}: {back.source}")
+            return FAILED
+        self.out(f"raykueue handback: {'acting' if act else 'the plan (a dry run; --yes acts on it)'}")
+        self.out(f"1. Suspend {ref} ({unit.pods} pods, {unit.gated} gated): KubeRay deletes its pods, "
+                 "their Workloads go with them")
+        self.out(f"2. Hand it to Kueue: LocalQueue {back.queue} (from {back.source}); Kueue admits it "
+                 "whole and resumes it")
+        for note in back.notes:
+            self.out(f"   {note}")
+        if not act:
+            return OK
+        try:
+            self._suspend_and_drain(p.Plan(units=(unit,)), namespace)
+            gone = {str(metadata(pod).get("uid")) for pod in p.unit_pods(world).get(unit.ref.uid, [])}
+
+            def workloads_left() -> list[str]:
+                return [str(metadata(wl).get("name")) for wl in self.read(namespace).workloads
+                        if w.pod_uid_of(wl) in gone]
+
+            left = self._wait(workloads_left, "their Workloads to go")
+            if left:
+                raise Failed(f"timed out waiting for these Workloads to go: {', '.join(left)}")
+            self._hand_back(unit, back.queue)
+        except Failed as exc:
+            self.out(f"raykueue handback: {exc}")
+            return FAILED
+        except ApiError as exc:
+            self.out(f"raykueue handback: the API server refused a step: {exc}")
+            return FAILED
+        return OK
 
     # --- plumbing ---------------------------------------------------------------------
 

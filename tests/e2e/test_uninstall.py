@@ -225,3 +225,31 @@ def test_uninstall_is_blocked_by_a_rayservice_then_parks_and_hands_back_later(
         cq_cpu_reaches(admin, ns, 2000)
         inv.sweep()
     inv.raise_if_broken()
+
+
+def test_an_owner_hands_one_autoscaled_cluster_back_to_kueue_while_raykueue_stays(
+        admin, raykueue: Raykueue, e2e_stack, queue) -> None:  # noqa: F811
+    # head 1 + its autoscaler sidecar 0.1 + a worker: Kueue must admit exactly what raykueue held.
+    ns = queue(cpu="2100m", memory="64Gi")
+    with QuotaInvariants(admin, [ns], quota_namespaces=[ns], cluster_queues=[f"e2e-{ns}"]) as inv:
+        admin.create(RAY[RC].path(ns), ray_object(RC, "mine", 1, opted_in=True, queue="team-a", cpu="1",
+                                                  autoscaling=True))
+        inv.wait(lambda: settled_ours(admin, ns, "mine", 1, 0), timeout=120, message="mine admitted")
+        registered = raykueue_webhooks(admin)
+
+        plan = raykueue_cli(e2e_stack, "handback", "raycluster", "mine", "-n", ns)
+        assert plan.returncode == 0 and "LocalQueue team-a" in plan.stdout, plan.stdout + plan.stderr
+        assert not admin.get(RAY[RC].path(ns, "mine"))["spec"].get("suspend")  # a dry run
+
+        done = raykueue_cli(e2e_stack, "handback", "raycluster", "mine", "-n", ns, "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        handed_to_kueue(admin, ns, RC, "mine", "team-a")
+        inv.wait(lambda: (x := kueue_workload(admin, ns, RC, "mine")) and w.is_admitted(x), timeout=120,
+                 message="Kueue to admit mine whole")
+        pods = inv.wait(runs(admin, ns, RC, "mine", 1), timeout=180, message="mine Running under Kueue")
+        # raykueue stays for everyone else, and leaves this cluster alone from now on.
+        assert all(untouched_by_raykueue(p) for p in pods)
+        assert raykueue_webhooks(admin) == registered and raykueue_workloads(admin, ns) == []
+        cq_cpu_reaches(admin, ns, 2100)
+        inv.sweep()
+    inv.raise_if_broken()
