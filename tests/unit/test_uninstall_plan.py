@@ -262,3 +262,15 @@ def test_the_dry_run_says_what_each_step_does() -> None:
     assert "Leave them suspended and opted in" in text and "--handback" in text
     empty = "\n".join(p.render(p.make_plan(p.World(), handback=False), act=True))
     assert "Nothing of raykueue is left" in empty
+
+
+@pytest.mark.parametrize("argv", [["uninstall"], ["handback", "raycluster", "rc", "-n", NS, "--yes"]])
+def test_the_commands_need_a_cluster_and_say_so(argv: list[str], tmp_path: Any,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from raykueue.app.cli import main
+
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
+    assert main([*argv, "--kubeconfig", str(tmp_path / "absent")]) == 1
+    assert "no cluster reachable" in capsys.readouterr().err
