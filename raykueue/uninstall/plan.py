@@ -295,13 +295,15 @@ def queue_for(world: World, kind: str, obj: Obj) -> Handback:
 def _unit(world: World, kind: str, obj: Obj, pods: Sequence[Obj], handback: bool) -> Unit:
     is_suspended = suspended(obj, kind)
     by_uninstall = annotations(obj).get(c.SUSPENDED_BY_ANNOTATION) == c.SUSPENDED_BY_UNINSTALL
+    deleting = bool(metadata(obj).get("deletionTimestamp"))
     blocker = None
-    if kind == c.RAYSERVICE_KIND:
+    if deleting:
+        pass  # going anyway: its pods are only waited for
+    elif kind == c.RAYSERVICE_KIND:
         blocker = RAYSERVICE_BLOCKER
     elif (kind == c.RAYJOB_KIND and not is_suspended
           and not get_path(obj, ("spec", "shutdownAfterJobFinishes"))):
         blocker = RAYJOB_KEEPS_CLUSTER_BLOCKER
-    deleting = bool(metadata(obj).get("deletionTimestamp"))
     back: Handback | None = None
     refusal = ""
     if not handback:
@@ -383,16 +385,18 @@ def is_raykueue_webhook_config(config: Obj) -> bool:
 # --- patches ------------------------------------------------------------------------------
 
 
-def suspend_patch(kind: str) -> dict[str, Any]:
-    """Merge patch: suspended, and marked as suspended by the uninstall."""
+def suspend_patch(kind: str, obj: Obj) -> list[dict[str, Any]]:
+    """JSON patch: suspended, and marked as suspended by the uninstall; for this object only (uid)."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid",
+                                  "value": str(metadata(obj).get("uid") or "")}]
     mark = {c.SUSPENDED_BY_ANNOTATION: c.SUSPENDED_BY_UNINSTALL}
-    body: dict[str, Any] = {"metadata": {"annotations": mark}}
-    node = body
-    path = SUSPEND[kind]
-    for part in path[:-1]:
-        node = node.setdefault(part, {})
-    node[path[-1]] = True
-    return body
+    if isinstance(metadata(obj).get("annotations"), Mapping):
+        ops.append({"op": "add", "path": pointer("metadata", "annotations", c.SUSPENDED_BY_ANNOTATION),
+                    "value": c.SUSPENDED_BY_UNINSTALL})
+    else:
+        ops.append({"op": "add", "path": pointer("metadata", "annotations"), "value": mark})
+    ops.append({"op": "add", "path": pointer(*SUSPEND[kind]), "value": True})
+    return ops
 
 
 def _drop(meta_path: tuple[str, ...], entries: object, keep: Mapping[str, object] | None = None,

@@ -160,8 +160,8 @@ class Uninstall:
             return
         for unit in suspending:
             resource = RAY[unit.kind]
-            self._call(lambda unit=unit, resource=resource: self.rest.merge_patch(
-                resource.path(unit.ref.namespace, unit.ref.name), p.suspend_patch(unit.kind)),
+            self._call(lambda unit=unit, resource=resource: self.rest.json_patch(
+                resource.path(unit.ref.namespace, unit.ref.name), p.suspend_patch(unit.kind, unit.obj)),
                 missing_ok=True)
             self.out(f"suspended {unit.ref}")
         uids = {u.ref.uid for u in units}

@@ -181,10 +181,26 @@ def test_a_users_suspend_is_kept_and_the_uninstalls_own_is_handed_back() -> None
 
 
 @pytest.mark.parametrize("kind", ["RayCluster", "RayJob"])
-def test_suspend_patch_marks_what_the_uninstall_suspended(kind: str) -> None:
-    assert p.suspend_patch(kind) == {
-        "spec": {"suspend": True},
-        "metadata": {"annotations": {c.SUSPENDED_BY_ANNOTATION: c.SUSPENDED_BY_UNINSTALL}}}
+@pytest.mark.parametrize("annotated", [True, False])
+def test_suspend_patch_marks_what_the_uninstall_suspended(kind: str, annotated: bool) -> None:
+    body = obj(kind, "x")
+    if not annotated:
+        del body["metadata"]["annotations"]
+    after = jsonpatch.apply_patch(body, p.suspend_patch(kind, body))
+    assert after["spec"]["suspend"] is True
+    assert after["metadata"]["annotations"][c.SUSPENDED_BY_ANNOTATION] == c.SUSPENDED_BY_UNINSTALL
+    # Only this object: one made again under the same name is not touched.
+    other = copy.deepcopy(body)
+    other["metadata"]["uid"] = "another"
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(other, p.suspend_patch(kind, body))
+
+
+def test_an_object_being_deleted_blocks_nothing_and_is_only_waited_for() -> None:
+    svc = obj("RayService", "svc")
+    svc["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    (unit,) = p.make_plan(p.World(rayservices=[svc]), handback=True).units
+    assert (unit.blocker, unit.deleting, unit.needs_suspend, unit.handback) == (None, True, False, None)
 
 
 def apply_all(body: dict[str, Any], patches: list[list[dict[str, Any]]]) -> dict[str, Any]:
