@@ -16,8 +16,8 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError, Rest
+from testkit.servers import REPO_ROOT, RaykueueServer
 from tests.e2e.quota_invariants import RAY, WORKLOADS, gated_by_raykueue, running
-from tests.stackfixtures import REPO_ROOT, RaykueueServer
 
 ADMIN = "raykueue-admin"  # the CN of devstack's admin certificate: the controller runs as it
 EVENTS_PATH = "/api/v1/namespaces/{ns}/events"

@@ -35,7 +35,7 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import ApiError, Rest
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 WORKLOADS = r.crd(c.KUEUE_GROUP, "v1beta2", "workloads")
 CLUSTER_QUEUES = r.crd(c.KUEUE_GROUP, "v1beta2", "clusterqueues", namespaced=False)

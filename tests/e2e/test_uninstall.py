@@ -21,6 +21,7 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from raykueue.kube.rest import Rest
+from testkit.waiting import holds_for, wait_for
 from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
     Raykueue,
     clusters_of,
@@ -36,7 +37,6 @@ from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
 )
 from tests.e2e.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue, running
 from tests.e2e.test_controller_e2e import admin, cq_cpu_reaches, queue  # noqa: F401 - fixtures
-from tests.waiting import holds_for, wait_for
 
 RC, JOB, SVC = c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND
 
