@@ -62,6 +62,33 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--secret", help="Secret name (default: RAYKUEUE_CERT_SECRET)")
         p.add_argument("-n", "--namespace", help="its namespace (default: RAYKUEUE_POD_NAMESPACE)")
         p.add_argument("--kubeconfig")
+    uninstall = sub.add_parser(
+        "uninstall", help="take raykueue out of every path: suspend opted-in Ray objects (or hand "
+        "them back to Kueue), then delete its webhooks and Workloads; a dry run unless --yes",
+        description="Needs admin credentials (a kubeconfig). Prints the plan; with --yes carries it "
+        "out: no pod is left gated, no raykueue Workload behind, no pod running outside quota. "
+        "Then remove raykueue's Deployment: kubectl delete -k manifests/ --ignore-not-found. "
+        "Exit codes: 0 done (or planned), 1 failed or timed out (run it again), 3 blocked.")
+    uninstall.add_argument("--yes", action="store_true", help="act on the plan (default: print it)")
+    uninstall.add_argument("--handback", action="store_true",
+                           help="give each suspended opted-in object to Kueue, in the queue raykueue "
+                           "kept for it; Kueue admits it whole and resumes it")
+    uninstall.add_argument("--timeout", type=float, default=300.0,
+                           help="seconds to wait for each step's pods and Workloads to go")
+    uninstall.add_argument("--kubeconfig")
+
+    handback = sub.add_parser(
+        "handback", help="give one opted-in RayCluster or RayJob to Kueue, raykueue staying "
+        "installed: suspend it, then the queue label; Kueue admits it whole; a dry run unless --yes",
+        description="The owner's way out for one object, with the owner's credentials. Exit codes "
+        "as for uninstall.")
+    handback.add_argument("kind", choices=["raycluster", "rayjob"])
+    handback.add_argument("name")
+    handback.add_argument("-n", "--namespace", default="default")
+    handback.add_argument("--yes", action="store_true", help="act (default: print the plan)")
+    handback.add_argument("--timeout", type=float, default=300.0,
+                          help="seconds to wait for its pods and Workloads to go")
+    handback.add_argument("--kubeconfig")
     return parser
 
 
@@ -74,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(Settings(**overrides))
     if args.command == "certs":
         return certs(args)
+    if args.command in ("uninstall", "handback"):
+        return uninstall(args)
     return explain(args.pod, args.namespace, args.kubeconfig)
 
 
@@ -148,6 +177,24 @@ def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
              for f in read_findings(rest, settings.kueue_namespace, settings.kueue_config_map)]
     print(explain_pod(rest, namespace, pod, setup_notes=notes))
     return 0
+
+
+def uninstall(args: argparse.Namespace) -> int:
+    """`raykueue uninstall` and `raykueue handback` (one object)."""
+    from raykueue.kube.client import load_api_client
+    from raykueue.kube.rest import Rest
+    from raykueue.uninstall.run import FAILED, Uninstall
+
+    api = load_api_client(args.kubeconfig)
+    if api is None:
+        print(f"raykueue {args.command}: no cluster reachable (set --kubeconfig or KUBECONFIG)",
+              file=sys.stderr)
+        return FAILED
+    tool = Uninstall(Rest(api), timeout=args.timeout)
+    if args.command == "handback":
+        kind = {"raycluster": "RayCluster", "rayjob": "RayJob"}[args.kind]
+        return tool.hand_back_one(kind, args.namespace, args.name, act=args.yes)
+    return tool.run(handback=args.handback, act=args.yes)
 
 
 def certs(args: argparse.Namespace) -> int:

@@ -87,3 +87,14 @@ MUTATE_PATH: Final = "/mutate-pods"
 VALIDATE_PATH: Final = "/validate-pods"
 RAY_OBJECTS_FIRST_PATH: Final = "/mutate-ray-objects/first"
 RAY_OBJECTS_LAST_PATH: Final = "/mutate-ray-objects/last"
+
+# --- the way out (raykueue uninstall; docs in manifests/README.md) -------------
+# On a Ray object the uninstall suspended, so that a second run (or one with
+# --handback later) can tell its own suspend from a user's.
+SUSPENDED_BY_ANNOTATION: Final = "raykueue.io/suspended-by"
+SUSPENDED_BY_UNINSTALL: Final = "uninstall"
+# Kueue's elastic jobs (feature gate ElasticJobsViaWorkloadSlices, beta and on in
+# v0.19): the only way Kueue takes an autoscaled RayCluster. The annotation is
+# immutable once the object has a queue; a RayCluster's templates must carry the gate.
+KUEUE_ELASTIC_JOB_ANNOTATION: Final = "kueue.x-k8s.io/elastic-job"
+KUEUE_ELASTIC_JOB_GATE: Final = "kueue.x-k8s.io/elastic-job"

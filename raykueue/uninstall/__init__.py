@@ -1,0 +1,1 @@
+"""`raykueue uninstall`: the way out (plan.py decides from a snapshot, run.py acts)."""
