@@ -19,8 +19,17 @@
 # warm run a no-op. Only missing binaries are built when the stamp matches; everything
 # is (re)linked when it does not (Go's build cache keeps that cheap).
 #
+# Other versions of Kueue or KubeRay (the README's range; scripts/versions runs the
+# e2e scenarios on each): RAYKUEUE_KUEUE_VERSION=vX.Y.Z builds the Kueue manager
+# from the module versions/kueue-vX.Y.Z/, RAYKUEUE_KUBERAY_VERSION=vX.Y.Z the
+# operator from versions/kuberay-vX.Y.Z/, each on the dependencies that release was
+# made with; the CRDs come from the same modules. Either one sets the default bin
+# dir to ~/.cache/raykueue/versions/kueue-<v>_kuberay-<v>/bin, so the default
+# stack's binaries are never replaced; the tools (promtool, helm) are not built there.
+#
 # Environment: RAYKUEUE_BIN_DIR, RAYKUEUE_BUILD_JOBS (go build -p, default: nproc,
-# at most 2 on small machines), RAYKUEUE_FORCE_BUILD=1 to ignore the stamp.
+# at most 2 on small machines), RAYKUEUE_FORCE_BUILD=1 to ignore the stamp,
+# RAYKUEUE_KUEUE_VERSION, RAYKUEUE_KUBERAY_VERSION.
 set -euo pipefail
 start_s=$(date +%s)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,7 +37,22 @@ cd "$here"
 # shellcheck source=versions.env
 source ./versions.env
 
-bin_dir="${RAYKUEUE_BIN_DIR:-$HOME/.cache/raykueue/bin}"
+# Module folder of each selectable component: the pinned version's, or versions/<name>-<v>.
+kueue_mod=.
+kuberay_mod=kuberay
+selected=""
+if [[ -n "${RAYKUEUE_KUEUE_VERSION:-}" && "${RAYKUEUE_KUEUE_VERSION}" != "$KUEUE_VERSION" ]]; then
+  kueue_mod="versions/kueue-${RAYKUEUE_KUEUE_VERSION}"; KUEUE_VERSION="$RAYKUEUE_KUEUE_VERSION"; selected=1
+fi
+if [[ -n "${RAYKUEUE_KUBERAY_VERSION:-}" && "${RAYKUEUE_KUBERAY_VERSION}" != "$KUBERAY_VERSION" ]]; then
+  kuberay_mod="versions/kuberay-${RAYKUEUE_KUBERAY_VERSION}"; KUBERAY_VERSION="$RAYKUEUE_KUBERAY_VERSION"; selected=1
+fi
+for m in "$kueue_mod" "$kuberay_mod"; do
+  [[ -f "$m/go.mod" ]] || { echo "build.sh: no module $here/$m for that version; have: $(cd versions && ls -d -- */ | tr -d / | tr '\n' ' ')" >&2; exit 2; }
+done
+default_bin="$HOME/.cache/raykueue/bin"
+[[ -n "$selected" ]] && default_bin="$HOME/.cache/raykueue/versions/kueue-${KUEUE_VERSION}_kuberay-${KUBERAY_VERSION}/bin"
+bin_dir="${RAYKUEUE_BIN_DIR:-$default_bin}"
 mkdir -p "$bin_dir"
 bin_dir="$(cd "$bin_dir" && pwd)"
 share_dir="$(dirname "$bin_dir")"
@@ -44,7 +68,7 @@ case "$bin_dir/" in
 esac
 
 # binary name -> main package; mods: binary name -> module folder (default: .)
-declare -A mods=([ray-operator]=kuberay)
+declare -A mods=([kueue]="$kueue_mod" [ray-operator]="$kuberay_mod")
 declare -A pkgs=(
   [etcd]=go.etcd.io/etcd/server/v3
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
@@ -57,7 +81,9 @@ declare -A pkgs=(
 )
 order=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kueue ray-operator kwok)
 
-stamp="$(cat go.mod go.sum kuberay/go.mod kuberay/go.sum versions.env build.sh | sha256sum | cut -d' ' -f1)"
+stamp="$( (cat go.mod go.sum kuberay/go.mod kuberay/go.sum versions.env build.sh "$kueue_mod/go.mod" \
+  "$kueue_mod/go.sum" "$kuberay_mod/go.mod" "$kuberay_mod/go.sum"; echo "$KUEUE_VERSION $KUBERAY_VERSION") \
+  | sha256sum | cut -d' ' -f1)"
 old_stamp="$(cat "$stamp_file" 2>/dev/null || true)"
 
 elapsed() { echo $(( $(date +%s) - start_s )); }
@@ -71,6 +97,7 @@ all_present() {
 
 if [[ "${RAYKUEUE_FORCE_BUILD:-0}" != 1 && "$stamp" == "$old_stamp" ]] && all_present; then
   echo "build.sh: control plane up to date in $bin_dir ($(elapsed)s)"
+  [[ -n "$selected" ]] && exit 0
   RAYKUEUE_BIN_DIR="$bin_dir" exec bash tools/build.sh
 fi
 
@@ -104,7 +131,8 @@ if (( ${#todo[@]} )); then
   echo "build.sh: building ${todo[*]} into $bin_dir (go build -p $jobs; a cold build takes a while)"
   out="$(mktemp -d "$bin_dir/.build.XXXXXX")"
   trap 'rm -rf "$out"' EXIT
-  for mod in . kuberay; do
+  # Each module folder once, in order.
+  for mod in $(printf '%s\n' . "$kueue_mod" "$kuberay_mod" | awk '!seen[$0]++'); do
     list=()
     for b in "${todo[@]}"; do
       [[ "${mods[$b]:-.}" == "$mod" ]] && list+=("${pkgs[$b]}")
@@ -135,8 +163,8 @@ copy_yaml() {  # src dir, dst dir: top-level *.yaml except kustomization.yaml
     install -m 0644 "$f" "$dst/"
   done
 }
-kueue_dir="$(moddir sigs.k8s.io/kueue)"
-kuberay_dir="$(moddir kuberay github.com/ray-project/kuberay/ray-operator)"
+kueue_dir="$(moddir "$kueue_mod" sigs.k8s.io/kueue)"
+kuberay_dir="$(moddir "$kuberay_mod" github.com/ray-project/kuberay/ray-operator)"
 kwok_dir="$(moddir sigs.k8s.io/kwok)"
 copy_yaml "$kueue_dir/config/components/crd/bases" "$crd_dir/kueue"
 copy_yaml "$kuberay_dir/config/crd/bases" "$crd_dir/kuberay"
@@ -144,11 +172,12 @@ copy_yaml "$kwok_dir/kustomize/stage/node/fast" "$stage_dir/node-fast"
 copy_yaml "$kwok_dir/kustomize/stage/node/heartbeat" "$stage_dir/node-heartbeat"
 copy_yaml "$kwok_dir/kustomize/stage/pod/fast" "$stage_dir/pod-fast"
 
-cat > "$share_dir/versions.env" <<EOF
-$(grep -v '^#' versions.env)
-EOF
+# What this bin dir runs (devstack reads KUEUE_VERSION to find Kueue's shipped files).
+grep -v '^#' versions.env | sed -e "s/^KUEUE_VERSION=.*/KUEUE_VERSION=$KUEUE_VERSION/" \
+  -e "s/^KUBERAY_VERSION=.*/KUBERAY_VERSION=$KUBERAY_VERSION/" > "$share_dir/versions.env"
 
 all_present || { echo "build.sh: something is still missing in $share_dir" >&2; exit 1; }
 echo "$stamp" > "$stamp_file"
 echo "build.sh: control plane ready in $bin_dir ($(elapsed)s)"
+[[ -n "$selected" ]] && exit 0
 RAYKUEUE_BIN_DIR="$bin_dir" bash tools/build.sh

@@ -26,8 +26,50 @@ def default_kueue_mode() -> str:
     return check_kueue_mode(os.environ.get(KUEUE_MODE_ENV) or "shipped")
 
 
+# Other Kueue / KubeRay versions than controlplane/versions.env pins: build.sh builds
+# them from controlplane/versions/<name>-<version>/ into a bin dir of their own.
+KUEUE_VERSION_ENV = "RAYKUEUE_KUEUE_VERSION"
+KUBERAY_VERSION_ENV = "RAYKUEUE_KUBERAY_VERSION"
+PINNED_VERSIONS = REPO_ROOT / "controlplane" / "versions.env"
+
+
+def read_versions(path: Path) -> dict[str, str]:
+    """NAME=value lines of a versions.env (comments and blanks skipped); {} if absent."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and not name.startswith("#"):
+            out[name] = value
+    return out
+
+
+def versions_bin_dir(kueue: str, kuberay: str) -> Path:
+    """Where build.sh puts a control plane with these Kueue and KubeRay versions (same formula)."""
+    return Path.home() / ".cache/raykueue/versions" / f"kueue-{kueue}_kuberay-{kuberay}" / "bin"
+
+
+def selected_versions(env: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """(Kueue, KubeRay) when the environment selects another version than the pinned ones."""
+    env = os.environ if env is None else env
+    pinned = read_versions(PINNED_VERSIONS)
+    kueue = env.get(KUEUE_VERSION_ENV) or pinned["KUEUE_VERSION"]
+    kuberay = env.get(KUBERAY_VERSION_ENV) or pinned["KUBERAY_VERSION"]
+    if (kueue, kuberay) == (pinned["KUEUE_VERSION"], pinned["KUBERAY_VERSION"]):
+        return None
+    return kueue, kuberay
+
+
 def default_bin_dir() -> Path:
-    return Path(os.environ.get("RAYKUEUE_BIN_DIR") or Path.home() / ".cache/raykueue/bin")
+    if os.environ.get("RAYKUEUE_BIN_DIR"):
+        return Path(os.environ["RAYKUEUE_BIN_DIR"])
+    selected = selected_versions()
+    if selected:
+        return versions_bin_dir(*selected)
+    return Path.home() / ".cache/raykueue/bin"
 
 
 def default_stack_dir() -> Path:
@@ -84,6 +126,15 @@ class StackConfig:
     @property
     def share_dir(self) -> Path:
         return share_dir(self.bin_dir)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """What the bin dir was built with (build.sh writes versions.env beside it)."""
+        return read_versions(self.share_dir / "versions.env")
+
+    @property
+    def kueue_version(self) -> str | None:
+        return self.versions.get("KUEUE_VERSION")
 
     @property
     def crd_dir(self) -> Path:

@@ -103,9 +103,10 @@ def module_cache() -> Path:
 
 
 @functools.cache
-def kueue_module_dir() -> Path:
-    """Where the pinned Kueue module sits in the module cache (build.sh downloads it)."""
-    version = pinned_version(GO_MOD.read_text())
+def kueue_module_dir(version: str | None = None) -> Path:
+    """Where a Kueue module sits in the module cache (build.sh downloads it): `version`
+    (the one a bin dir was built with, StackConfig.kueue_version), else controlplane's pin."""
+    version = version or pinned_version(GO_MOD.read_text())
     root = module_cache() / f"{escape_module_path(KUEUE_MODULE)}@{version}"
     if not (root / MANAGER_CONFIG).is_file():
         raise FileNotFoundError(f"{root / MANAGER_CONFIG} is missing: Kueue {version} is not in the "
@@ -144,8 +145,8 @@ class KueueModule:
                                    self.install.get("namePrefix", ""))
 
 
-def shipped_module() -> KueueModule:
-    return KueueModule(kueue_module_dir())
+def shipped_module(version: str | None = None) -> KueueModule:
+    return KueueModule(kueue_module_dir(version))
 
 
 # ---- Kueue's Configuration ---------------------------------------------------------------
@@ -358,7 +359,7 @@ def shipped_objects(stack: Stack, module: KueueModule) -> list[dict]:
 
 def register(stack: Stack) -> None:
     """Apply Kueue's webhook configurations and its APIService (idempotent)."""
-    for obj in shipped_objects(stack, shipped_module()):
+    for obj in shipped_objects(stack, shipped_module(stack.config.kueue_version)):
         stack.api.apply(object_path(obj), obj)
 
 
@@ -370,7 +371,7 @@ def registered(stack: Stack) -> tuple[bool, str]:
     `default` (jobframework ApplyDefaultLocalQueue...), so it only comes back
     labelled once the API server has picked the registration up.
     """
-    module = shipped_module()
+    module = shipped_module(stack.config.kueue_version)
     name = module.doc(VISIBILITY_APISERVICE)["metadata"]["name"]
     apisvc = stack.api.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
     available = next((c for c in (apisvc.get("status") or {}).get("conditions") or []
