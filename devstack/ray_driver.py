@@ -10,16 +10,37 @@ session, stopped with the rest).
                                                   -> {"submitted": n}; each task waits for
                                                      `path` to exist, then says where it ran
     {"op": "results", "timeout": s}               -> {"results": [pod name, ...]}
+
+Every start of a task (Ray retries one whose node died) appends a line
+"<task index> <pod>" to `<hold>.starts` (`starts()` reads it): which tasks
+run where, and how often each was started.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from .ray_node import POD_LABEL
 from .ray_procs import RayProcess, python
+
+STARTS_SUFFIX = ".starts"
+
+
+def starts(hold: Path) -> list[tuple[int, str]]:
+    """(task index, pod) for every start of a task held on `hold`, in order."""
+    try:
+        text = Path(str(hold) + STARTS_SUFFIX).read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        index, _, pod = line.partition(" ")
+        if index.isdigit():  # a line still being written has no pod yet: skipped
+            out.append((int(index), pod))
+    return out
 
 
 def argv(gcs_address: str, head_temp_dir: str) -> list[str]:
@@ -60,10 +81,16 @@ def _serve(gcs_address: str, head_temp_dir: str) -> None:  # pragma: no cover - 
              logging_level="warning", log_to_driver=False)
 
     @ray.remote
-    def held(hold: str) -> str:
+    def held(hold: str, index: int) -> str:
+        pod = os.environ.get("RAY_CLOUD_INSTANCE_ID", "")
+        # One write of a short line with O_APPEND: starts on different workers never
+        # interleave. The suffix is STARTS_SUFFIX's (this function is shipped to Ray by value).
+        fd = os.open(hold + ".starts", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, f"{index} {pod}\n".encode())
+        os.close(fd)
         while not os.path.exists(hold):
             time.sleep(0.1)
-        return os.environ.get("RAY_CLOUD_INSTANCE_ID", "")
+        return pod
 
     refs: list[Any] = []
     for line in sys.stdin:
@@ -75,8 +102,9 @@ def _serve(gcs_address: str, head_temp_dir: str) -> None:  # pragma: no cover - 
                     {"id": n["NodeID"], "alive": n["Alive"], "pod": n.get("Labels", {}).get(POD_LABEL, ""),
                      "cpus": n.get("Resources", {}).get("CPU", 0)} for n in ray.nodes()]}
             elif op == "submit":
-                refs += [held.options(num_cpus=request["cpus"]).remote(request["hold"])
-                         for _ in range(request["count"])]
+                first = request.get("first_index", len(refs))
+                refs += [held.options(num_cpus=request["cpus"]).remote(request["hold"], first + i)
+                         for i in range(request["count"])]
                 answer = {"submitted": request["count"]}
             elif op == "results":
                 answer = {"results": ray.get(refs, timeout=request["timeout"])}
