@@ -16,11 +16,11 @@ from raykueue.webhooks.autoscaler_env import (
     ALLOCATE_TIMEOUT_ENV,
     DEFAULT_ALLOCATE_TIMEOUT_SECONDS,
 )
+from testkit.raycluster import RayCluster, observed, raycluster
 from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import RAYCLUSTERS, by_pod, describe, settled
 
-from .conftest import FIGURES, RayCluster, raycluster
-from .observe import observed
+from .conftest import FIGURES
 
 # Workers start one at a time (devstack.ray_runner); on an idle machine 4 join
 # in seconds, on a busy 2-core one each start can take a minute and a retry.

@@ -17,12 +17,12 @@ from typing import Any
 
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
+from testkit.raycluster import RayCluster, observed, raycluster
 from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import describe, role, running, state
 from tests.e2e.test_gang import GangWatch, base_of
 
-from .conftest import FIGURES, RayCluster, raycluster
-from .observe import observed
+from .conftest import FIGURES
 from .test_autoscaler import JOIN_TIMEOUT, replicas
 
 BASE_WORKERS = 1

@@ -21,12 +21,12 @@ from devstack.ray_procs import RayProcessError
 from devstack.stack import tail
 from raykueue.controller import workload as w
 from raykueue.kube.resources import PODS
+from testkit.raycluster import observed, opted_in, raycluster
 from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import RAYCLUSTERS, WORKLOADS
 from tests.e2e.test_kueue_shipped import RAYJOBS, watched
 
-from .conftest import FIGURES, opted_in, raycluster
-from .observe import observed
+from .conftest import FIGURES
 
 ENTRYPOINT = Path(__file__).with_name("rayjob_entrypoint.py")
 TASKS = 2  # workers the entrypoint's tasks hold at once; the quota has room for them
