@@ -197,7 +197,8 @@ def kueue_config(config: StackConfig, health: int, webhook: int, visibility: int
     (devstack/kueue_shipped.py), with only addresses, ports and certificates changed.
     """
     shipped = config.kueue_mode == kueue_shipped.SHIPPED
-    base = kueue_shipped.shipped_module(config.kueue_version).manager_config if shipped else kueue_shipped.MINIMAL_BASE
+    base = (kueue_shipped.shipped_module(config.kueue_version).manager_config if shipped
+            else kueue_shipped.MINIMAL_BASE)
     listen = kueue_shipped.Listeners(health=health, webhook=webhook,
                                      webhook_cert_dir=kueue_dir(config) / "webhook-certs",
                                      visibility=visibility if shipped else None)

@@ -114,6 +114,26 @@ def kueue_module_dir(version: str | None = None) -> Path:
     return root
 
 
+FEATURES_GO = "pkg/features/kube_features.go"
+
+
+def feature_gate_default(root: Path, gate: str) -> bool | None:
+    """A feature gate's default in the Kueue module at `root`: its last versioned spec
+    (the one for the module's own version), None when the module has no such gate."""
+    text = (root / FEATURES_GO).read_text()
+    start = text.find(f"\t{gate}: {{")
+    if start < 0:
+        return None
+    block = text[start:text.index("\t},", start)]
+    return block.rsplit("Default:", 1)[1].strip().startswith("true")
+
+
+def sources_mention(root: Path, text: str) -> bool:
+    """Whether a non-test Go source under the module's pkg/ holds `text` (a label, an annotation)."""
+    return any(text in p.read_text(errors="replace")
+               for p in (root / "pkg").rglob("*.go") if not p.name.endswith("_test.go"))
+
+
 @dataclass(frozen=True)
 class KueueModule:
     """The shipped files of one Kueue module, parsed."""

@@ -217,3 +217,41 @@ def test_a_stack_of_the_other_mode_goes_only_when_no_one_else_uses_it(tmp_path: 
     (users / str(os.getpid())).touch()  # only the asking session itself
     _other_mode(stack, "shipped", os.getpid(), logged.append)
     assert logged and "restarting" in logged[0]
+
+
+# ---- facts of a Kueue module ----------------------------------------------------------------
+
+GATES = """var defaultVersionedFeatureGates = map[featuregate.Feature]featuregate.VersionedSpecs{
+\tElasticJobsViaWorkloadSlices: {
+\t\t{Version: version.MustParse("0.13"), Default: false, PreRelease: featuregate.Alpha},
+\t\t{Version: version.MustParse("0.18"), Default: true, PreRelease: featuregate.Beta},
+\t},
+\tWorkloadPriorityClassDefaulting: {
+\t\t{Version: version.MustParse("0.18"), Default: false, PreRelease: featuregate.Alpha},
+\t},
+}
+"""
+
+
+def test_a_feature_gate_defaults_as_its_last_spec_says(tmp_path: Path) -> None:
+    (tmp_path / "pkg/features").mkdir(parents=True)
+    (tmp_path / ks.FEATURES_GO).write_text(GATES)
+    assert ks.feature_gate_default(tmp_path, "ElasticJobsViaWorkloadSlices") is True
+    assert ks.feature_gate_default(tmp_path, "WorkloadPriorityClassDefaulting") is False
+    assert ks.feature_gate_default(tmp_path, "NoSuchGate") is None
+
+
+def test_sources_mention_skips_tests(tmp_path: Path) -> None:
+    (tmp_path / "pkg/a").mkdir(parents=True)
+    (tmp_path / "pkg/a/a_test.go").write_text('const k = "kueue.x-k8s.io/elastic-job-scale-up-strategy"\n')
+    assert not ks.sources_mention(tmp_path, "kueue.x-k8s.io/elastic-job-scale-up-strategy")
+    (tmp_path / "pkg/a/a.go").write_text('const k = "kueue.x-k8s.io/elastic-job-scale-up-strategy"\n')
+    assert ks.sources_mention(tmp_path, "kueue.x-k8s.io/elastic-job-scale-up-strategy")
+
+
+def test_the_pinned_kueue_ships_elastic_jobs_on_and_no_partial_scale_up() -> None:
+    """What bench/elastic.py says of the pinned Kueue (v0.19.2: the gate Beta, on since 0.18;
+    the partial scale-up strategy came after it). A new pin makes this say what changed."""
+    root = ks.kueue_module_dir()
+    assert ks.feature_gate_default(root, "ElasticJobsViaWorkloadSlices") is True
+    assert not ks.sources_mention(root, "kueue.x-k8s.io/elastic-job-scale-up-strategy")
