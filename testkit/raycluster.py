@@ -119,14 +119,24 @@ def millicores(value: Any) -> int:
 
 
 def reserved_cpu(wl: dict[str, Any]) -> int:
-    """Millicores a Workload holds: its admission's podSet assignments, while quota is
-    reserved and it is not finished (Kueue's own accounting; the ClusterQueue's status
-    is written from it later, on Kueue's schedule)."""
+    """Millicores a Workload holds, as Kueue counts them (v0.19 pkg/workload
+    totalRequestsFromAdmission): each podSet assignment's usage while quota is reserved
+    and the Workload is not finished, scaled down to the podSet's count now, less its
+    reclaimable pods (an elastic job scaled down lowers the count in place; a gang base
+    hands slots back through reclaimablePods). The ClusterQueue's status is written from
+    the same accounting later, on Kueue's schedule."""
     if not w.is_quota_reserved(wl) or w.is_finished(wl):
         return 0
-    admission = (wl.get("status") or {}).get("admission") or {}
-    return sum(millicores(a.get("resourceUsage", {}).get("cpu", "0"))
-               for a in admission.get("podSetAssignments") or [])
+    status = wl.get("status") or {}
+    counts = {ps["name"]: ps.get("count", 1) for ps in (wl.get("spec") or {}).get("podSets") or []}
+    reclaim = {r["name"]: r.get("count", 0) for r in status.get("reclaimablePods") or []}
+    total = 0
+    for a in (status.get("admission") or {}).get("podSetAssignments") or []:
+        cpu = millicores(a.get("resourceUsage", {}).get("cpu", "0"))
+        admitted = a.get("count", counts.get(a["name"], 1))
+        now = counts.get(a["name"], admitted) - reclaim.get(a["name"], 0)
+        total += cpu * now // admitted if admitted and now < admitted else cpu
+    return total
 
 
 def workload_is_of(wl: dict[str, Any], cluster: str) -> bool:

@@ -51,3 +51,17 @@ def test_a_workload_is_the_clusters_whoever_made_it() -> None:
         assert rc.workload_is_of({"metadata": {"name": name}}, "first")
     for name in ("firstly-head-1", "raycluster-second-1", "job-urgent-1"):
         assert not rc.workload_is_of({"metadata": {"name": name}}, "first")
+
+
+def test_reserved_cpu_follows_a_count_lowered_in_place_and_reclaimable_pods() -> None:
+    """Kueue's elastic scale-down lowers spec.podSets[].count of the admitted slice; a gang
+    base hands slots back through status.reclaimablePods: either way Kueue counts less."""
+    wl = workload("raycluster-first-1", "1", "3")
+    wl["spec"] = {"podSets": [{"name": "ps0", "count": 1}, {"name": "ps1", "count": 3}]}
+    wl["status"]["admission"]["podSetAssignments"][1]["count"] = 3
+    assert rc.reserved_cpu(wl) == 4000
+    wl["spec"]["podSets"][1]["count"] = 1  # scaled down from 3 workers to 1
+    assert rc.reserved_cpu(wl) == 2000
+    wl["spec"]["podSets"][1]["count"] = 3
+    wl["status"]["reclaimablePods"] = [{"name": "ps1", "count": 2}]
+    assert rc.reserved_cpu(wl) == 2000
