@@ -346,6 +346,7 @@ def demand(ctx: Context, way: str) -> Figures:
     with ctx.namespace("demand") as ns, ctx.tier(f"{way}-demand") as tier:
         hold = ctx.workdir / f"{way}-demand"
         obs = Observer(ctx.rest, ns).start()
+        held = CpuHeld(ctx.rest, ns, "demand").start()
         runner = ctx.create(tier, ns, cluster_body(way, "demand"))
         cluster = ctx.connect(tier, runner)
         wait_joined(cluster, BASE_WORKERS)
@@ -363,7 +364,12 @@ def demand(ctx: Context, way: str) -> Figures:
 
         watch_until(most_joined, t0 + ctx.window)
         most = max(reached)
+        held_cpu = held.held_at(time.monotonic())
+        # Each worker that joined takes one of the waiting tasks; the window may end the
+        # moment the last one joins, before Ray has placed a task on it.
+        watch_until(lambda: len(tasks_started(hold)) >= most, time.monotonic() + 60)
         started = len(tasks_started(hold))
+        held.stop()
         hold.touch()
         done = cluster.ask({"op": "results", "timeout": 180})["results"]
         seen = stopped(obs)
@@ -373,6 +379,7 @@ def demand(ctx: Context, way: str) -> Figures:
             "demand.joined": most,
             "demand.joined_s": reached[most] if most > BASE_WORKERS else None,
             "demand.tasks_started": started,
+            "demand.held_cpu": held_cpu / 1000,
             "demand.tasks_done": len(done),
             "demand.worker_pods": churn["worker_pods_created"],
             "demand.workers_ran": churn["workers_ran"],
@@ -534,8 +541,10 @@ SCENARIOS: tuple[Callable[[Context, str], Figures], ...] = (demand, idle, preemp
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("demand.joined", f"demand ({DEMAND} one-CPU tasks, quota: head + {MOST_WORKERS} workers): "
                       "workers in Ray within the window", "{:d}"),
-    ("demand.joined_s", "  tasks submitted -> the last of them joined Ray (s)", "{:.1f}"),
-    ("demand.tasks_started", f"  tasks running within the window (of {DEMAND})", "{:d}"),
+    ("demand.joined_s", "  tasks submitted -> the last of them joined Ray (s; -: none beyond the "
+                        "minimum joined)", "{:.1f}"),
+    ("demand.tasks_started", f"  tasks running on them (of {DEMAND})", "{:d}"),
+    ("demand.held_cpu", f"  quota the cluster held then (CPU, of {QUOTA_CPU})", "{:.2f}"),
     ("demand.tasks_done", f"  tasks done once released (of {DEMAND})", "{:d}"),
     ("demand.worker_pods", "  worker pods created", "{:d}"),
     ("demand.pods_per_worker_ran", "  worker pods created per worker that ran (churn)", "{:.2f}"),
