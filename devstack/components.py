@@ -197,11 +197,14 @@ def kueue_config(config: StackConfig, health: int, webhook: int, visibility: int
     (devstack/kueue_shipped.py), with only addresses, ports and certificates changed.
     """
     shipped = config.kueue_mode == kueue_shipped.SHIPPED
-    base = (kueue_shipped.shipped_module(config.kueue_version).manager_config if shipped
-            else kueue_shipped.MINIMAL_BASE)
+    module = kueue_shipped.shipped_module(config.kueue_version) if shipped else None
+    base = module.manager_config if module else kueue_shipped.MINIMAL_BASE
+    placeable = module is not None and module.visibility_placeable
+    if module and not placeable:
+        base = kueue_shipped.deep_merge(base, kueue_shipped.NO_VISIBILITY)
     listen = kueue_shipped.Listeners(health=health, webhook=webhook,
                                      webhook_cert_dir=kueue_dir(config) / "webhook-certs",
-                                     visibility=visibility if shipped else None)
+                                     visibility=visibility if placeable else None)
     return kueue_shipped.kueue_configuration(base, KUEUE_NAMESPACE, listen, config.kueue_config)
 
 

@@ -160,6 +160,21 @@ class KueueModule:
     def namespace(self) -> str:
         return self.install["namespace"]
 
+    @property
+    def visibility_placeable(self) -> bool:
+        """Whether its Configuration can place the visibility server (`visibilityServer`,
+        Kueue v0.16+). Before that it binds 0.0.0.0:8082, a port every stack on the machine
+        would fight over and an address devstack never uses, so devstack turns it off there."""
+        types = self.root / "apis/config/v1beta2/configuration_types.go"
+        return types.is_file() and 'json:"visibilityServer' in types.read_text()
+
+    @property
+    def serves_visibility(self) -> bool:
+        """Whether the stack runs this Kueue with its visibility API (VisibilityOnDemand on as
+        shipped, and placeable on loopback)."""
+        on = feature_gate_default(self.root, "VisibilityOnDemand") is not False
+        return self.visibility_placeable and on
+
     def webhook_configurations(self) -> list[dict]:
         return kustomized_webhooks(self.docs(WEBHOOK_MANIFESTS), self.doc(WEBHOOK_KUSTOMIZATION),
                                    self.install.get("namePrefix", ""))
@@ -199,6 +214,10 @@ class Listeners:
     webhook: int
     webhook_cert_dir: Path
     visibility: int | None = None
+
+
+# What a shipped Kueue that cannot place its visibility server runs with instead.
+NO_VISIBILITY = {"featureGates": {"VisibilityOnDemand": False}}
 
 
 def kueue_configuration(base: dict, namespace: str, listen: Listeners,
@@ -372,7 +391,8 @@ def shipped_objects(stack: Stack, module: KueueModule) -> list[dict]:
     hooks = kueue_webhook_configurations(module.webhook_configurations(), kueue_url(stack),
                                          webhook_ca(stack).read_bytes())
     vis = visibility_objects(module.doc(VISIBILITY_APISERVICE), module.doc(VISIBILITY_SERVICE),
-                             module.namespace, stack.procs["kueue"].ports["visibility"])
+                             module.namespace, stack.procs["kueue"].ports["visibility"]
+                             ) if module.serves_visibility else []
     config = manager_config_map((stack.dir / "kueue" / "config.yaml").read_text(), module.namespace)
     return hooks + vis + [config]
 
@@ -392,12 +412,13 @@ def registered(stack: Stack) -> tuple[bool, str]:
     labelled once the API server has picked the registration up.
     """
     module = shipped_module(stack.config.kueue_version)
-    name = module.doc(VISIBILITY_APISERVICE)["metadata"]["name"]
-    apisvc = stack.api.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
-    available = next((c for c in (apisvc.get("status") or {}).get("conditions") or []
-                      if c.get("type") == "Available"), {})
-    if available.get("status") != "True":
-        return False, f"APIService {name} not Available: {available.get('message')}"
+    if module.serves_visibility:
+        name = module.doc(VISIBILITY_APISERVICE)["metadata"]["name"]
+        apisvc = stack.api.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+        available = next((c for c in (apisvc.get("status") or {}).get("conditions") or []
+                          if c.get("type") == "Available"), {})
+        if available.get("status") != "True":
+            return False, f"APIService {name} not Available: {available.get('message')}"
     s = stack.config.samples
     if s.local_queue != "default":
         return True, "ok (no LocalQueue named default to probe the webhooks with)"
