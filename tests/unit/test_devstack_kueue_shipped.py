@@ -255,3 +255,20 @@ def test_the_pinned_kueue_ships_elastic_jobs_on_and_no_partial_scale_up() -> Non
     root = ks.kueue_module_dir()
     assert ks.feature_gate_default(root, "ElasticJobsViaWorkloadSlices") is True
     assert not ks.sources_mention(root, "kueue.x-k8s.io/elastic-job-scale-up-strategy")
+
+
+def test_a_kueue_without_a_visibility_server_setting_runs_without_its_visibility_api(tmp_path: Path) -> None:
+    """Kueue before v0.16 binds its visibility server to 0.0.0.0:8082 with no setting to move it."""
+    types = tmp_path / "apis/config/v1beta2/configuration_types.go"
+    types.parent.mkdir(parents=True)
+    (tmp_path / "pkg/features").mkdir(parents=True)
+    (tmp_path / ks.FEATURES_GO).write_text(
+        "\tVisibilityOnDemand: {\n\t\t{Version: version.MustParse(\"0.9\"), Default: true},\n\t},\n")
+    health = "\tHealth ControllerHealth `json:\"health,omitempty\"`\n"
+    types.write_text("type Configuration struct {\n" + health + "}\n")
+    old = ks.KueueModule(tmp_path)
+    assert not old.visibility_placeable and not old.serves_visibility
+    visibility = "\tVisibilityServer *VisibilityServerConfiguration `json:\"visibilityServer,omitempty\"`\n"
+    types.write_text("type Configuration struct {\n" + health + visibility + "}\n")
+    assert ks.KueueModule(tmp_path).serves_visibility
+    assert ks.NO_VISIBILITY == {"featureGates": {"VisibilityOnDemand": False}}
