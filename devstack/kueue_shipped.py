@@ -22,6 +22,7 @@ The functions that build objects are pure; `register`, `registered` and
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import os
@@ -55,6 +56,8 @@ WEBHOOK_KUSTOMIZATION = "config/components/webhook/kustomization.yaml"
 DEFAULT_KUSTOMIZATION = "config/default/kustomization.yaml"
 VISIBILITY_APISERVICE = "config/components/visibility/apiservice_v1beta2.yaml"
 VISIBILITY_SERVICE = "config/components/visibility/service.yaml"
+CRD_KUSTOMIZATION = "config/components/crd/kustomization.yaml"
+CONVERSION_MANAGER = "raykueue-devstack-conversion"  # owns only spec.conversion of Kueue's CRDs
 
 # Kueue v0.19.2 pkg/visibility/server.go: `certDir = "/visibility"`, a package
 # variable no flag or config field reaches; with internal cert management off
@@ -174,6 +177,16 @@ class KueueModule:
         shipped, and placeable on loopback)."""
         on = feature_gate_default(self.root, "VisibilityOnDemand") is not False
         return self.visibility_placeable and on
+
+    def conversion_patches(self) -> list[dict]:
+        """The CRD patches config/components/crd's kustomization applies to serve each listed
+        CRD's versions through Kueue's conversion webhook (`patches/webhook_in_*.yaml`). Kueue
+        v0.15 stores Workloads and queues as v1beta1: without them the API server rewrites only
+        apiVersion and prunes what v1beta1 lacks (a Workload's spec.priorityClassRef)."""
+        kustomization = self.doc(CRD_KUSTOMIZATION)
+        return [self.doc(f"config/components/crd/{patch['path']}")
+                for patch in kustomization.get("patches") or []
+                if str(patch.get("path", "")).startswith("patches/webhook_in_")]
 
     def webhook_configurations(self) -> list[dict]:
         return kustomized_webhooks(self.docs(WEBHOOK_MANIFESTS), self.doc(WEBHOOK_KUSTOMIZATION),
@@ -325,6 +338,23 @@ def kueue_webhook_configurations(shipped: list[dict], url_base: str, ca_bundle_p
     return by_url(configs, url_base, ca_bundle_pem)
 
 
+def conversion_objects(patches: list[dict], url_base: str, ca_bundle_pem: bytes) -> list[dict]:
+    """`KueueModule.conversion_patches` made server-side apply bodies that send each CRD's
+    conversions to the stack's Kueue by URL (the shipped patches name a Service)."""
+    out = []
+    for patch in patches:
+        hook = patch["spec"]["conversion"]["webhook"]
+        out.append({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": patch["metadata"]["name"]},
+            "spec": {"conversion": {"strategy": "Webhook", "webhook": {
+                "clientConfig": {"url": url_base.rstrip("/") + hook["clientConfig"]["service"]["path"],
+                                 "caBundle": base64.b64encode(ca_bundle_pem).decode()},
+                "conversionReviewVersions": list(hook["conversionReviewVersions"])}}},
+        })
+    return out
+
+
 # ---- the aggregation layer -----------------------------------------------------------------
 
 def ensure_aggregation_pki(pki_dir: Path) -> tuple[pki.Pair, pki.Pair]:
@@ -398,9 +428,15 @@ def shipped_objects(stack: Stack, module: KueueModule) -> list[dict]:
 
 
 def register(stack: Stack) -> None:
-    """Apply Kueue's webhook configurations and its APIService (idempotent)."""
-    for obj in shipped_objects(stack, shipped_module(stack.config.kueue_version)):
+    """Apply Kueue's webhook configurations, its APIService and its CRDs' conversion
+    webhooks (idempotent; the conversions under a field manager of their own, so that
+    re-applying the CRDs leaves them)."""
+    module = shipped_module(stack.config.kueue_version)
+    for obj in shipped_objects(stack, module):
         stack.api.apply(object_path(obj), obj)
+    ca = webhook_ca(stack).read_bytes()
+    for obj in conversion_objects(module.conversion_patches(), kueue_url(stack), ca):
+        stack.api.apply(object_path(obj), obj, field_manager=CONVERSION_MANAGER)
 
 
 def registered(stack: Stack) -> tuple[bool, str]:

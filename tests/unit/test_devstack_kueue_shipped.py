@@ -272,3 +272,18 @@ def test_a_kueue_without_a_visibility_server_setting_runs_without_its_visibility
     types.write_text("type Configuration struct {\n" + health + visibility + "}\n")
     assert ks.KueueModule(tmp_path).serves_visibility
     assert ks.NO_VISIBILITY == {"featureGates": {"VisibilityOnDemand": False}}
+
+
+def test_kueues_crds_convert_through_its_webhook_by_url() -> None:
+    """As config/components/crd patches them: a conversion webhook for each listed CRD, here
+    by URL to the stack's Kueue (the shipped patches name its Service)."""
+    patches = ks.shipped_module().conversion_patches()
+    names = {p["metadata"]["name"] for p in patches}
+    assert {"workloads.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io",
+            "localqueues.kueue.x-k8s.io"} <= names
+    (workloads,) = [o for o in ks.conversion_objects(patches, "https://127.0.0.1:9443/", b"PEM")
+                    if o["metadata"]["name"] == "workloads.kueue.x-k8s.io"]
+    assert workloads["spec"] == {"conversion": {"strategy": "Webhook", "webhook": {
+        "clientConfig": {"url": "https://127.0.0.1:9443/convert",
+                         "caBundle": base64.b64encode(b"PEM").decode()},
+        "conversionReviewVersions": ["v1"]}}}
