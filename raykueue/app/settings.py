@@ -36,7 +36,12 @@ class Settings(BaseSettings):
     # (kubernetes.io/tls in pod_namespace). The Lease holder creates, rotates and
     # injects it; every replica reads it through the API every poll interval.
     cert_secret: str | None = None
-    pod_namespace: str = "raykueue-system"
+    # The namespace and ServiceAccount this pod runs as; the manifests and the
+    # chart hand both down from the pod itself (downward API), so they are right
+    # in whatever namespace raykueue is installed. Together they name the
+    # controller identity unless controller_identities is set.
+    pod_namespace: str = c.DEFAULT_NAMESPACE
+    service_account: str = c.DEFAULT_SERVICE_ACCOUNT
     cert_secret_poll_seconds: float = 10.0
     # Write our CA into the two webhook configurations' caBundle (in-cluster
     # installs; tests register their own webhooks with the CA they generated).
@@ -78,10 +83,10 @@ class Settings(BaseSettings):
     # --- admission policy ------------------------------------------------------
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
     worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
-    # Usernames allowed to lift the gate (the controller's ServiceAccount).
-    controller_identities: CommaList = Field(
-        default_factory=lambda: [c.DEFAULT_CONTROLLER_IDENTITY]
-    )
+    # Usernames allowed to lift the gate. Unset: the controller's own account,
+    # system:serviceaccount:<pod_namespace>:<service_account> (filled in below).
+    # Set it only when another process (or account) runs the controller.
+    controller_identities: CommaList = Field(default_factory=list)
     # Off by default: also set the pod's Kubernetes PriorityClass.
     set_pod_priority: bool = False
     head_pod_priority_class: str = "ray-head"
@@ -133,6 +138,15 @@ class Settings(BaseSettings):
                 return orjson.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _controller_identity(self) -> Settings:
+        # A fixed default named raykueue-system's account: installed anywhere
+        # else (Helm's release namespace), no gate was ever lifted (issue 21).
+        if not self.controller_identities:
+            self.controller_identities = [
+                c.service_account_user(self.pod_namespace, self.service_account)]
+        return self
 
     @model_validator(mode="after")
     def _lease_timing(self) -> Settings:

@@ -127,7 +127,8 @@ def test_values_reach_the_objects(helm) -> None:
     assert env["RAYKUEUE_HEAD_PRIORITY_CLASS"] == "gold"
     assert "RAYKUEUE_WORKER_PRIORITY_CLASS" not in env
     assert env["RAYKUEUE_STUCK_GRACE_SECONDS"] == "300"
-    assert env["RAYKUEUE_DNS_NAMES"].split(",")[0] == "raykueue-webhook.ray-ops.svc"
+    # Resolved by the kubelet from the pod's namespace (tests/tools/test_install_namespace.py).
+    assert env["RAYKUEUE_DNS_NAMES"].split(",")[0] == "raykueue-webhook.$(RAYKUEUE_POD_NAMESPACE).svc"
     assert objs[("WorkloadPriorityClass", "gold")]["value"] == 5000
     hook = objs[("MutatingWebhookConfiguration", "zz-raykueue-mutating")]["webhooks"][0]
     assert hook["clientConfig"]["service"]["namespace"] == "ray-ops"

@@ -18,6 +18,7 @@ import yaml
 
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
+from tests.podenv import kubelet_env, settings_from
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -71,12 +72,23 @@ def test_everything_namespaced_lives_in_raykueue_system(objs: dict) -> None:
     assert ("Namespace", NAMESPACE) in objs
 
 
-def test_service_account_is_the_default_controller_identity(objs: dict) -> None:
+def test_service_account_is_the_controller_identity(objs: dict,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     assert ("ServiceAccount", "raykueue") in objs
-    pod = objs[("Deployment", "raykueue")]["spec"]["template"]["spec"]
-    identity = f"system:serviceaccount:{NAMESPACE}:{pod['serviceAccountName']}"
+    deployment = objs[("Deployment", "raykueue")]
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    identity = c.service_account_user(NAMESPACE, account)
     assert identity == c.DEFAULT_CONTROLLER_IDENTITY
-    assert identity in Settings().controller_identities
+    assert settings_from(kubelet_env(deployment), monkeypatch).controller_identities == [identity]
+
+
+def test_the_kubelet_expands_only_what_is_defined_above() -> None:
+    """The resolver the manifests' tests read the Deployment's environment with."""
+    deployment = {"metadata": {"namespace": "x"}, "spec": {"template": {"spec": {"containers": [
+        {"env": [{"name": "A", "value": "$(NS).svc"},
+                 {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                 {"name": "B", "value": "$(NS).svc"}]}]}}}}
+    assert kubelet_env(deployment) == {"A": "$(NS).svc", "NS": "x", "B": "x.svc"}
 
 
 def test_webhooks_match_the_contract(objs: dict) -> None:
@@ -151,7 +163,7 @@ def test_service_targets_the_pods_and_their_https_port(objs: dict) -> None:
 
 def test_certificate_names_match_the_service_and_rbac(objs: dict) -> None:
     e = env(objs)
-    assert e["RAYKUEUE_DNS_NAMES"].split(",") == SERVICE_DNS
+    assert kubelet_env(objs[("Deployment", "raykueue")])["RAYKUEUE_DNS_NAMES"].split(",") == SERVICE_DNS
     role = objs[("Role", "raykueue")]
     named = {(r["resources"][0], n) for r in role["rules"] for n in r.get("resourceNames", [])}
     assert ("secrets", e["RAYKUEUE_CERT_SECRET"]) in named
