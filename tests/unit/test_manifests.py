@@ -63,6 +63,25 @@ def env(objs: dict) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objs)["env"]}
 
 
+def granted_to(objs: dict, account: str = "raykueue") -> list[dict[str, Any]]:
+    """Every rule of every Role and ClusterRole bound to the ServiceAccount."""
+    rules: list[dict[str, Any]] = []
+    for (kind, _), binding in objs.items():
+        if kind not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == account
+                   for s in binding["subjects"]):
+            continue
+        ref = binding["roleRef"]
+        rules += objs[(ref["kind"], ref["name"])]["rules"]
+    return rules
+
+
+def webhook_configuration_writes(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]
+            and set(r["verbs"]) - {"get", "list", "watch"}]
+
+
 def test_everything_namespaced_lives_in_raykueue_system(objs: dict) -> None:
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
                       "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
@@ -172,15 +191,16 @@ def test_certificate_names_match_the_service_and_rbac(objs: dict) -> None:
 
 
 def test_rbac_restricts_webhook_patches_to_our_configurations(objs: dict) -> None:
-    rules = objs[("ClusterRole", "raykueue")]["rules"]
-    admission = [r for r in rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
-    writes = [r for r in admission if set(r["verbs"]) - {"get", "list", "watch"}]
+    rules = granted_to(objs)
+    writes = webhook_configuration_writes(rules)
     assert all(r.get("resourceNames") for r in writes)
     assert {n for r in writes for n in r["resourceNames"]} == {name for _, name in c.WEBHOOK_CONFIGS}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
-    secrets = [r for r in rules if "secrets" in r["resources"]]
+    cluster_wide = [r for (kind, _), role in objs.items() if kind == "ClusterRole"
+                    for r in role["rules"]]
+    secrets = [r for r in cluster_wide if "secrets" in r["resources"]]
     assert not secrets, "no cluster-wide access to Secrets"
 
 
@@ -244,10 +264,25 @@ def test_examples_queue_an_opted_in_raycluster() -> None:
     assert ("ClusterQueue", lq["spec"]["clusterQueue"]) in examples
 
 
+def test_with_cert_manager_raykueue_cannot_write_webhook_configurations(objs: dict) -> None:
+    """The component says raykueue loses the RBAC for caBundle: cert-manager's CA
+    injector writes it. Issue 21: the ClusterRole still let it patch all three."""
+    assert webhook_configuration_writes(granted_to(objs)), "the base install injects caBundle"
+    overlay = by_name(build(CERT_MANAGER))
+    assert webhook_configuration_writes(granted_to(overlay)) == []
+    # What coexist/ reads is still readable.
+    reads = [r for r in granted_to(overlay) if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert any("mutatingwebhookconfigurations" in r["resources"] and {"list", "watch"} <= set(r["verbs"])
+               for r in reads)
+
+
 def test_cert_manager_overlay_hands_the_certificate_to_cert_manager(objs: dict) -> None:
     overlay = by_name(build(CERT_MANAGER))
-    # Everything the base installs is still there, plus the issuer and certificate.
-    assert set(objs) < set(overlay)
+    # Everything the base installs is still there but the caBundle writer's role,
+    # plus the issuer and certificate.
+    injection = {("ClusterRole", "raykueue-ca-injection"), ("ClusterRoleBinding", "raykueue-ca-injection")}
+    assert injection <= set(objs) and not injection & set(overlay)
+    assert set(objs) - injection < set(overlay)
     assert {("Issuer", "raykueue-selfsigned"), ("Certificate", "raykueue-webhook")} <= set(overlay)
     cert = overlay[("Certificate", "raykueue-webhook")]
     assert cert["metadata"]["namespace"] == NAMESPACE
