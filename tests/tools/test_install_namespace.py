@@ -103,3 +103,33 @@ def test_the_webhooks_leave_raykueues_own_namespace_alone(install: str, helm, ku
                     for v in e["values"]}
         assert NAMESPACE in excluded and "raykueue-system" not in excluded, hook["name"]
 
+
+
+def configmaps_readable(objs: dict[tuple[str, str], dict[str, Any]]) -> set[str]:
+    return {name for rule in objs[("ClusterRole", "raykueue")]["rules"]
+            if "configmaps" in rule["resources"] and {"get", "list", "watch"} <= set(rule["verbs"])
+            for name in rule.get("resourceNames", ["*"])}
+
+
+def test_the_kueue_configuration_read_is_the_one_the_rbac_lets_it_read(installed_in_ray_ops,
+                                                                       monkeypatch) -> None:
+    objs = installed_in_ray_ops
+    settings = settings_from(kubelet_env(objs[("Deployment", "raykueue")]), monkeypatch)
+    assert configmaps_readable(objs) == {settings.kueue_config_map}
+
+
+@pytest.mark.parametrize("install", ["helm", "examples/another-namespace"])
+def test_kueue_installed_by_its_helm_chart_is_named_once(install: str, helm, kubectl,
+                                                          monkeypatch) -> None:
+    """Kueue's Helm chart, release "queues" in namespace "queues": its Configuration is
+    queues/queues-kueue-manager-config. One value names it for the server and the RBAC."""
+    if install == "helm":
+        docs = template(helm, "kueue.namespace=queues", "kueue.configMap=queues-kueue-manager-config",
+                        namespace=NAMESPACE)
+    else:
+        docs = built(kubectl, ROOT / install)
+    objs = by_kind(docs)
+    settings = settings_from(kubelet_env(objs[("Deployment", "raykueue")]), monkeypatch)
+    assert (settings.kueue_namespace, settings.kueue_config_map) == (
+        "queues", "queues-kueue-manager-config")
+    assert configmaps_readable(objs) == {"queues-kueue-manager-config"}
