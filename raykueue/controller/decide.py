@@ -43,7 +43,7 @@ from raykueue.controller.actions import (
     Warn,
 )
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, labels, metadata
+from raykueue.core.objects import Obj, gate_names, labels, metadata
 from raykueue.core.pods import kueue_claims, role_of
 
 
@@ -258,7 +258,9 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
     """Whether a cluster's head can run: given each head pod with its Workload.
 
     A head counts when its Workload is admitted (and not evicted or finished),
-    or when it is already past the gate (running) and not being deleted.
+    or, with no Workload of ours, when it is past every scheduling gate (ours
+    lifted, or a head raykueue never gated whose Kueue gate, if any, is gone)
+    and neither being deleted nor ended.
     """
     for pod, wl in heads:
         if p.is_deleting(pod) or p.is_terminal(pod):
@@ -268,7 +270,7 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
                     and w.mismatch(wl, pod) is None):
                 return True
             continue
-        if not p.is_gated(pod):
+        if not gate_names(pod):
             return True
     return False
 

@@ -45,7 +45,7 @@ from raykueue.controller import metrics as m
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.apply import apply
-from raykueue.controller.caches import Cache, CacheFactory, Caches, discover_version
+from raykueue.controller.caches import Cache, CacheFactory, Caches, discover_version, foreign_heads
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.handlers import Env, Pass, Recorder
 from raykueue.controller.reads import Reader
@@ -113,8 +113,13 @@ class Controller:
             if not self.start(version, stop):
                 return
             assert self.caches is not None
+            caches = self.caches
             workers.append(StuckGates(
-                self.caches.pods.list, self.caches.workloads.list, head_first=self.config.head_first,
+                # And the heads that are not ours: a worker whose head runs is not
+                # waiting for it, whoever created the head.
+                lambda: [*caches.pods.list(), *foreign_heads(caches.heads.list())],
+                caches.workloads.list,
+                head_first=self.config.head_first,
                 grace_seconds=self.config.stuck_grace_seconds, context=self._reader.context_for,
                 record=self._env.event_once, requeue=lambda pod: self.queue.add(p.key(pod)),
                 clock=self._clock).start(stop, self.config.stuck_interval_seconds))
@@ -148,6 +153,7 @@ class Controller:
         caches.workloads.add_handler(self._on_workload)
         caches.flavors.add_handler(self._on_placement_input)
         caches.priority_classes.add_handler(self._on_placement_input)
+        caches.heads.add_handler(self._on_head)
         self.caches = caches
         self._reader = Reader(self.rest, caches, self.state, self.config, version)
         self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock)
@@ -187,6 +193,13 @@ class Controller:
             self._enqueue_gang(owner)  # an extra's Workload came or went
         if cluster and labels(wl).get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD:
             self._enqueue_waiting_workers(key[0], cluster)
+
+    def _on_head(self, event: str, pod: Obj) -> None:
+        # Any head, ours or not: starting, passing its gates or going may change
+        # whether its cluster's workers may queue (ours also arrive through _on_pod).
+        cluster = p.cluster(pod)
+        if cluster:
+            self._enqueue_waiting_workers(p.key(pod)[0], cluster)
 
     def _on_placement_input(self, event: str, obj: Obj) -> None:
         # A new ResourceFlavor or WorkloadPriorityClass may unblock gated pods.

@@ -16,7 +16,7 @@ from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
-from raykueue.controller.caches import Caches
+from raykueue.controller.caches import Caches, foreign_heads
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.retry import Retry
 from raykueue.controller.state import ORPHANS, Key, State
@@ -147,13 +147,18 @@ class Reader:
         if not cluster:
             return False
         heads: list[tuple[Obj, Obj | None]] = []
-        for name in self.state.heads(ns, cluster):
+        ours = self.state.heads(ns, cluster)
+        for name in ours:
             other = self.pod((ns, name))
             if other is None or role_of(other) != c.ROLE_HEAD:
                 continue
             mine = [x for x in self.workloads_named_for((ns, name), other)
                     if w.pod_uid_of(x) == p.uid(other) and w.is_ours(x)]
             heads.append((other, mine[0] if mine else None))
+        # Heads raykueue never labelled (created before the opt-in or the install):
+        # no Workload of ours, so they count once past every gate (decide.head_admitted).
+        heads += [(other, None) for other in foreign_heads(self.caches.heads.list(ns))
+                  if p.cluster(other) == cluster and p.name(other) not in ours]
         return d.head_admitted(heads)
 
     def context_for(self, pod: Obj) -> d.Context:
