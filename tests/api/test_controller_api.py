@@ -363,6 +363,24 @@ def test_lifecycle_head_first_with_four_writes_per_pod(admin, ns, scope, as_cont
     assert len(writes) == 4, writes
 
 
+def test_a_worker_queues_behind_a_head_raykueue_never_gated(admin, ns, scope, run_controller):
+    """Issue 21: heads were looked for only among pods labelled ours. A head made
+    before raykueue was installed (or before the opt-in) has no label of ours and
+    no gate; its workers waited for it for ever."""
+    worker = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker"))
+    run_controller()
+    assert stays(lambda: workload_of(admin, worker) is None), "no head at all yet: it waits"
+    head = rv.creatable_pod("head")
+    head["metadata"].pop("generateName", None)
+    head["metadata"].update(name="rc-head", namespace=ns)
+    head["metadata"]["labels"].update({c.CLUSTER_LABEL: "rc", c.NODE_TYPE_LABEL: c.ROLE_HEAD})
+    assert c.MANAGED_BY_LABEL not in head["metadata"]["labels"] and not gates(head)
+    create_pod(admin, head)
+    wait_for(lambda: workload_of(admin, worker), timeout=30,
+             message="the worker's Workload once its (foreign) head exists")
+    assert workload_of(admin, head) is None, "the foreign head is not ours to queue"
+
+
 def test_eviction_condition_event_delete_and_finish(admin, ns, scope, run_controller):
     pod = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-e", hold=True))
     run_controller(head_first=False)
