@@ -74,9 +74,14 @@ class Settings(BaseSettings):
 
     # --- cluster ---------------------------------------------------------------
     kubeconfig: str | None = None
-    # When False the server never contacts a cluster, even if one is configured.
+    # When False the server never contacts a cluster, even if one is configured
+    # (admission-only). Left True with no cluster configured it is admission-only too.
     cluster: bool = True
     probe_timeout_seconds: float = 3.0
+    # A configured cluster (in a pod, or a kubeconfig) that does not answer is asked
+    # again, with exponential backoff up to this many seconds, for as long as it
+    # takes; the replica is not ready meanwhile and never runs admission-only.
+    connect_backoff_max_seconds: float = Field(default=15.0, gt=0)
     # How long the controller waits for its caches before it says so and waits on.
     cache_sync_timeout_seconds: float = 60.0
 
