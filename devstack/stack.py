@@ -170,11 +170,14 @@ def restart_component(stack: Stack, name: str = "kube-apiserver", *,
         if proc is None or not proc.argv:
             raise StackError(f"{name} is not running in {stack.dir}; nothing to restart")
         stack.stop(name, grace=grace)
-        if down_for > 0:
-            time.sleep(down_for)
-        if while_down is not None:
-            while_down()
-        stack.spawn(name, list(proc.argv), dict(proc.ports), stack._env(name) if comp else None)
+        try:
+            if down_for > 0:
+                time.sleep(down_for)
+            if while_down is not None:
+                while_down()
+        finally:
+            # A failing test must not leave the stack without the component.
+            stack.spawn(name, list(proc.argv), dict(proc.ports), stack._env(name) if comp else None)
     if comp is not None and comp.wait_after_restart:
         stack.wait_ready(name, lambda: comp.ready(stack))
     return time.monotonic() - t0
