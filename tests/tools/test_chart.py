@@ -65,6 +65,11 @@ def normal(value: Any) -> Any:
     return value
 
 
+# Cluster-scoped kinds kustomize's built-in schema does not know: it writes the
+# install's namespace into them, which the API server drops.
+KUSTOMIZE_NAMESPACES_ANYWAY = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
 def objects(docs: list[dict[str, Any]], *, from_helm: bool) -> Objects:
     out: Objects = {}
     for doc in docs:
@@ -72,6 +77,8 @@ def objects(docs: list[dict[str, Any]], *, from_helm: bool) -> Objects:
             labels = doc["metadata"].get("labels", {})
             for key in HELM_ONLY_LABELS:
                 assert labels.pop(key, None), (doc["kind"], key)
+        elif doc["kind"] in KUSTOMIZE_NAMESPACES_ANYWAY:
+            doc["metadata"].pop("namespace", None)
         key = (doc["kind"], doc["metadata"]["name"])
         assert key not in out, key
         out[key] = normal(doc)

@@ -310,3 +310,30 @@ def test_cert_manager_overlay_hands_the_certificate_to_cert_manager(objs: dict) 
         assert config["webhooks"] == objs[(kind, name)]["webhooks"]
     role = overlay[("Role", "raykueue")]
     assert not [r for r in role["rules"] if "secrets" in r["resources"]]
+
+
+def test_raykueues_own_writes_are_bounded_by_a_policy(objs: dict) -> None:
+    """The policy's names are the code's, and it binds the account the server derives
+    in any namespace; what it refuses is shown on the real API server
+    (tests/api/test_own_writes.py)."""
+    policy = objs[("ValidatingAdmissionPolicy", "raykueue-own-writes")]["spec"]
+    binding = objs[("ValidatingAdmissionPolicyBinding", "raykueue-own-writes")]["spec"]
+    assert binding == {"policyName": "raykueue-own-writes", "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    covered = {(r["apiGroups"][0], res, op) for r in policy["matchConstraints"]["resourceRules"]
+               for res in r["resources"] for op in r["operations"]}
+    operation = {"patch": "UPDATE", "update": "UPDATE", "delete": "DELETE", "create": "CREATE"}
+    granted = {(g, res, operation[v]) for r in granted_to(objs) for g in r["apiGroups"]
+               for res in r["resources"] for v in r["verbs"] if v in operation
+               and res.split("/")[0] in ("pods", "workloads")}
+    # Every write of pods and Workloads RBAC grants is under the policy; pods/finalizers
+    # is only the OwnerReferencesPermissionEnforcement check of blockOwnerDeletion.
+    assert granted - {("", "pods/finalizers", "UPDATE")} <= covered
+    assert ("", "pods", "DELETE") in granted and ("kueue.x-k8s.io", "workloads/status", "UPDATE") in granted
+    (account,) = policy["matchConditions"]
+    text = yaml.safe_dump(policy)
+    for name in (c.GATE, c.MANAGED_BY_LABEL, c.MANAGED_BY_VALUE):
+        assert name in text
+    user = account["expression"]
+    assert "startsWith('system:serviceaccount:')" in user and "endsWith(':raykueue')" in user
+    assert Settings().service_account == "raykueue"
