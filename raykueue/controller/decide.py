@@ -21,6 +21,7 @@ from raykueue.controller.actions import (
     CONFLICT_FORGED_WORKLOAD,
     CONFLICT_KUEUE_POD,
     CONFLICT_KUEUE_WORKLOAD,
+    EVICTED_WORKLOAD_DELETED,
     FINISHED_DUPLICATE,
     FINISHED_EVICTED,
     FINISHED_FAILED,
@@ -163,9 +164,7 @@ def needs_live_pod(workloads: Iterable[Obj], departed: Obj | None) -> bool:
 
 def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
     if not p.is_gated(pod):
-        # Lifted already (its Workload since deleted by hand) or never ours to
-        # gate: a Workload now would queue a pod that is already running.
-        return []
+        return _running_without_workload(pod)
     if labels(pod).get(c.GANG_LABEL):
         # Its cluster's pass decides: a slot in the base, or a Workload of its own.
         return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
@@ -188,6 +187,24 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
                     Wait(f"WorkloadPriorityClass {class_name} missing")]
         priority = w.Priority(class_name, value)
     return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
+
+
+def _running_without_workload(pod: Obj) -> list[Action]:
+    """A pod of ours past the gate with no Workload: it was admitted, and its Workload
+    has since been deleted (by someone allowed to delete Workloads). Kueue counts it no
+    more while it runs; a new Workload would not change that, as a running pod cannot
+    be gated again. Deleted, KubeRay recreates it behind the gate and it queues again
+    (issue 21: no way around quota)."""
+    role = role_of(pod)
+    if labels(pod).get(c.GANG_LABEL) or role not in c.MANAGED_ROLES:
+        # A gang's pods count in their cluster's base (its pass decides); a pod
+        # that is not a Ray head or worker was never gated by raykueue.
+        return []
+    return [EvictPod(
+        w.workload_name(pod), EVICTED_WORKLOAD_DELETED,
+        f"Workload {w.workload_name(pod)} of running pod {p.name(pod)} was deleted, so Kueue "
+        "no longer counted the pod against its queue's quota; the pod is deleted so that "
+        "KubeRay recreates it and it queues again", role == c.ROLE_HEAD)]
 
 
 def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
