@@ -70,6 +70,8 @@ async def test_the_gate_lifter_is_the_pods_own_service_account(
             assert await lifted_by("system:serviceaccount:ray-ops:raykueue")
             assert not await lifted_by(c.DEFAULT_CONTROLLER_IDENTITY)
             assert not await lifted_by("system:serviceaccount:ray-ops:default")
+            # A namesake in a user's namespace is somebody else.
+            assert not await lifted_by("system:serviceaccount:team-a:raykueue")
     finally:
         running.shutdown()
 
@@ -141,6 +143,11 @@ async def test_a_configured_cluster_that_does_not_answer_is_retried_never_admiss
                 assert time.monotonic() < deadline, f"never connected: {check}"
                 await anyio.sleep(0.1)
             assert f"127.0.0.1:{port}" in check["detail"]
+            # This server serves no ray.io (KubeRay's CRDs not installed yet): its
+            # RayClusters are watched all the same, and until they can be read the
+            # replica is not ready, rather than read no owner for good.
+            caches = (await client.get("/readyz")).json()["checks"]["caches"]
+            assert not caches["ok"] and "rayclusters" in caches["detail"], caches
     finally:
         running.shutdown()
         if server is not None:
