@@ -1,4 +1,4 @@
-"""app.runtime.start: one frozen record of what was built, offline (no cluster) here."""
+"""app.runtime.start: one frozen record of what was built; a configured cluster is never dropped."""
 
 from __future__ import annotations
 
