@@ -152,13 +152,16 @@ def stop_component(stack: Stack, name: str) -> None:
 
 
 def restart_component(stack: Stack, name: str = "kube-apiserver", *,
-                      grace: float = 10.0, down_for: float = 0.0) -> float:
+                      grace: float = 10.0, down_for: float = 0.0,
+                      while_down: Callable[[], None] | None = None) -> float:
     """Stop one component and start it again with the same argv and ports.
 
     For the API server this keeps etcd and its data, so every object (and
     resourceVersion) survives and clients reconnect to the same URL, as after
     a rolling restart of a real control plane. `down_for` keeps it stopped a
-    while first (fault tests). Returns the seconds from stop to ready again.
+    while first (fault tests); `while_down` runs once it is stopped (a test that
+    starts something during the outage and waits for what it says). Returns the
+    seconds from stop to ready again.
     """
     comp = COMPONENTS.get(name)
     t0 = time.monotonic()
@@ -167,9 +170,14 @@ def restart_component(stack: Stack, name: str = "kube-apiserver", *,
         if proc is None or not proc.argv:
             raise StackError(f"{name} is not running in {stack.dir}; nothing to restart")
         stack.stop(name, grace=grace)
-        if down_for > 0:
-            time.sleep(down_for)
-        stack.spawn(name, list(proc.argv), dict(proc.ports), stack._env(name) if comp else None)
+        try:
+            if down_for > 0:
+                time.sleep(down_for)
+            if while_down is not None:
+                while_down()
+        finally:
+            # A failing test must not leave the stack without the component.
+            stack.spawn(name, list(proc.argv), dict(proc.ports), stack._env(name) if comp else None)
     if comp is not None and comp.wait_after_restart:
         stack.wait_ready(name, lambda: comp.ready(stack))
     return time.monotonic() - t0

@@ -58,6 +58,18 @@ def keep_value(obj: dict[str, Any]) -> dict[str, Any]:
 _OFFLINE = Context(cluster_known=False)
 
 
+class _Nothing:
+    """A store before its cache exists: holds nothing, never synced."""
+
+    synced = False
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return None
+
+
+_NOTHING = _Nothing()
+
+
 class ClusterView:
     def __init__(
         self,
@@ -75,6 +87,21 @@ class ClusterView:
     @classmethod
     def offline(cls) -> ClusterView:
         return cls({}, None)
+
+    @classmethod
+    def connecting(cls) -> ClusterView:
+        """A cluster is configured but not read yet: every owner is unknown, so a pod
+        that a Ray object may opt in is refused (KubeRay retries) until `attach`."""
+        owners = {kind: _NOTHING for kind in (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)}
+        return cls(owners, _NOTHING)
+
+    def attach(self, owners: Mapping[str, Store], local_queues: Store,
+               priority_classes: Store | None, kueue: Callable[[], KueueSetup]) -> None:
+        """The caches, once the cluster answers (reviews in flight see either set)."""
+        self.owners = owners
+        self.local_queues = local_queues
+        self.priority_classes = priority_classes
+        self.kueue = kueue
 
     @property
     def online(self) -> bool:

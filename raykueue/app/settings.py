@@ -36,7 +36,12 @@ class Settings(BaseSettings):
     # (kubernetes.io/tls in pod_namespace). The Lease holder creates, rotates and
     # injects it; every replica reads it through the API every poll interval.
     cert_secret: str | None = None
-    pod_namespace: str = "raykueue-system"
+    # The namespace and ServiceAccount this pod runs as; the manifests and the
+    # chart hand both down from the pod itself (downward API), so they are right
+    # in whatever namespace raykueue is installed. Together they name the
+    # controller identity unless controller_identities is set.
+    pod_namespace: str = c.DEFAULT_NAMESPACE
+    service_account: str = c.DEFAULT_SERVICE_ACCOUNT
     cert_secret_poll_seconds: float = 10.0
     # Write our CA into the three webhook configurations' caBundle (in-cluster
     # installs; tests register their own webhooks with the CA they generated).
@@ -67,19 +72,24 @@ class Settings(BaseSettings):
 
     # --- cluster ---------------------------------------------------------------
     kubeconfig: str | None = None
-    # When False the server never contacts a cluster, even if one is configured.
+    # When False the server never contacts a cluster, even if one is configured
+    # (admission-only). Left True with no cluster configured it is admission-only too.
     cluster: bool = True
     probe_timeout_seconds: float = 3.0
+    # A configured cluster (in a pod, or a kubeconfig) that does not answer is asked
+    # again, with exponential backoff up to this many seconds, for as long as it
+    # takes; the replica is not ready meanwhile and never runs admission-only.
+    connect_backoff_max_seconds: float = Field(default=15.0, gt=0)
     # How long the controller waits for its caches before it says so and waits on.
     cache_sync_timeout_seconds: float = 60.0
 
     # --- admission policy ------------------------------------------------------
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
     worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
-    # Usernames allowed to lift the gate (the controller's ServiceAccount).
-    controller_identities: CommaList = Field(
-        default_factory=lambda: [c.DEFAULT_CONTROLLER_IDENTITY]
-    )
+    # Usernames allowed to lift the gate. Unset: the controller's own account,
+    # system:serviceaccount:<pod_namespace>:<service_account> (filled in below).
+    # Set it only when another process (or account) runs the controller.
+    controller_identities: CommaList = Field(default_factory=list)
     # Off by default: also set the pod's Kubernetes PriorityClass.
     set_pod_priority: bool = False
     head_pod_priority_class: str = "ray-head"
@@ -131,6 +141,15 @@ class Settings(BaseSettings):
                 return orjson.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _controller_identity(self) -> Settings:
+        # A fixed default named raykueue-system's account: installed anywhere
+        # else (Helm's release namespace), no gate was ever lifted (issue 21).
+        if not self.controller_identities:
+            self.controller_identities = [
+                c.service_account_user(self.pod_namespace, self.service_account)]
+        return self
 
     @model_validator(mode="after")
     def _lease_timing(self) -> Settings:

@@ -15,7 +15,8 @@ from raykueue.coexist.kueueconfig import KueueSetup
 from raykueue.core import contract as c
 
 _RAY_RESOURCES = ("rayclusters", "rayjobs", "rayservices")
-KINDS = ("KueueManagesJobsWithoutQueue", "RaykueueWebhookMissing", "WebhookOrder", "KueueWebhookReinvoked")
+KINDS = ("KueueManagesJobsWithoutQueue", "RaykueueWebhookMissing", "WebhookOrder", "KueueWebhookReinvoked",
+         "KueueConfigurationUnread")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +69,15 @@ def findings(setup: KueueSetup, mutating: Iterable[Mapping[str, Any]]) -> list[F
                     f"Kueue's pod webhook {hook.get('name')} in {name} has reinvocationPolicy IfNeeded: "
                     "it may take an opted-in pod again after raykueue took it back. Set it to Never")))
     return out
+
+
+def unread(source: str, problem: str) -> Finding:
+    """Kueue's Configuration could not be read: what raykueue assumes instead, and the fix."""
+    return Finding("KueueConfigurationUnread", (
+        f"Kueue's Configuration ({source}, key controller_manager_config.yaml) {problem}. "
+        "raykueue assumes Kueue as shipped (its Ray and pod integrations on, "
+        "manageJobsWithoutQueueName false, waitForPodsReady on), which may not be this Kueue. "
+        "If Kueue reads another ConfigMap (Kueue's Helm chart: <release>-manager-config in the "
+        "release namespace), name it with RAYKUEUE_KUEUE_NAMESPACE and RAYKUEUE_KUEUE_CONFIG_MAP "
+        "and let raykueue's ClusterRole read that name (the chart's kueue.namespace and "
+        "kueue.configMap values set both)"))

@@ -132,3 +132,6 @@ WARN_NO_QUEUE: Final = "NoQueue"
 WARN_FINISHED_WHILE_GATED: Final = "WorkloadFinished"
 WARN_UNGATED_NOT_ADMITTED: Final = "RunningWithoutAdmission"
 WARN_LABEL_REMOVED: Final = "ManagedByLabelRemoved"
+# Eviction reason (event, metric) of a pod that ran past our gate and lost its
+# Workload (deleted by hand): Kueue no longer counted it.
+EVICTED_WORKLOAD_DELETED: Final = "WorkloadDeleted"

@@ -1,4 +1,4 @@
-"""The controller's four watch caches, and what they keep of each object."""
+"""The controller's five watch caches, and what they keep of each object."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -184,12 +184,36 @@ def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
     return p.SlimPod(out, w.pod_sizing(obj), orjson.dumps(full) if buildable else None)
 
 
+# Of a head pod that may not be ours: whether it is past every gate and alive.
+HEAD_SPEC_KEPT: Final = ("schedulingGates",)
+HEAD_STATUS_KEPT: Final = ("phase",)
+
+
+def slim_head(obj: dict[str, Any]) -> dict[str, Any]:
+    """Cache transform for every Ray head pod: who it is and whether it runs.
+
+    A head raykueue did not create (the opt-in came later, or raykueue was
+    installed while the cluster ran) has none of our labels; its workers still
+    wait for it (issue 21). That is all the controller asks of it.
+    """
+    out = _kind_and_meta(obj, _POD_META_SHARED)
+    out["spec"] = _pick(obj.get("spec"), HEAD_SPEC_KEPT)
+    out["status"] = _pick(obj.get("status"), HEAD_STATUS_KEPT)
+    return out
+
+
+def foreign_heads(heads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Head pods without raykueue's label: ours are in the pod cache already."""
+    return [x for x in heads if labels(x).get(c.MANAGED_BY_LABEL) != c.MANAGED_BY_VALUE]
+
+
 @dataclass(frozen=True, slots=True)
 class Caches:
     pods: Cache  # ours only, by the managed-by label
     workloads: Cache  # all, not just ours: one Kueue made for our pod is a conflict
     flavors: Cache
     priority_classes: Cache
+    heads: Cache  # every Ray head pod, ours or not (ray.io/node-type=head): one per cluster
 
     @classmethod
     def open(cls, rest: Rest, config: ControllerConfig, version: str,
@@ -205,11 +229,13 @@ class Caches:
             flavors=make(rest, kueue_resource(version, "resourceflavors", namespaced=False)),
             priority_classes=make(rest, kueue_resource(version, "workloadpriorityclasses",
                                                        namespaced=False)),
+            heads=make(rest, r.PODS, namespace=ns,
+                       label_selector=f"{c.NODE_TYPE_LABEL}={c.ROLE_HEAD}", transform=slim_head),
         )
 
     @property
     def all(self) -> tuple[Cache, ...]:
-        return (self.pods, self.workloads, self.flavors, self.priority_classes)
+        return (self.pods, self.workloads, self.flavors, self.priority_classes, self.heads)
 
     def start(self) -> None:
         for cache in self.all:

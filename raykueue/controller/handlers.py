@@ -220,7 +220,7 @@ def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
         log.warning("%s/%s: Ray cluster %s taken down: its head was evicted by Kueue "
                     "(%s: %s)", ns, name, p.cluster(pod) or "?", action.reason, action.message)
     else:
-        log.info("%s/%s: evicted by Kueue (%s: %s); deleting the pod", ns, name,
+        log.info("%s/%s: evicted (%s: %s); deleting the pod", ns, name,
                  action.reason, action.message)
     body = patches.evicted_condition_body(pod, action.reason, action.message, now_time())
     try:
@@ -229,7 +229,10 @@ def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     except ApiError as exc:
         if not exc.is_not_found:
             raise Retry(f"writing the eviction condition: {exc}") from exc
-    message = f"Kueue evicted Workload {action.workload}: {action.reason}: {action.message}"
+    if action.reason == a.EVICTED_WORKLOAD_DELETED:
+        message = action.message  # not Kueue's doing: the message says whose
+    else:
+        message = f"Kueue evicted Workload {action.workload}: {action.reason}: {action.message}"
     if action.head:
         message += "; the Ray cluster's head is going, KubeRay will recreate it gated"
     env.event(pod, WARNING, "Evicted", message)

@@ -148,6 +148,7 @@ class Controller:
         caches.workloads.add_handler(self._on_workload)
         caches.flavors.add_handler(self._on_placement_input)
         caches.priority_classes.add_handler(self._on_placement_input)
+        caches.heads.add_handler(self._on_head)
         self.caches = caches
         self._reader = Reader(self.rest, caches, self.state, self.config, version)
         self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock)
@@ -187,6 +188,13 @@ class Controller:
             self._enqueue_gang(owner)  # an extra's Workload came or went
         if cluster and labels(wl).get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD:
             self._enqueue_waiting_workers(key[0], cluster)
+
+    def _on_head(self, event: str, pod: Obj) -> None:
+        # Any head, ours or not: starting, passing its gates or going may change
+        # whether its cluster's workers may queue (ours also arrive through _on_pod).
+        cluster = p.cluster(pod)
+        if cluster:
+            self._enqueue_waiting_workers(p.key(pod)[0], cluster)
 
     def _on_placement_input(self, event: str, obj: Obj) -> None:
         # A new ResourceFlavor or WorkloadPriorityClass may unblock gated pods.

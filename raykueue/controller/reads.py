@@ -18,7 +18,7 @@ from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
-from raykueue.controller.caches import Caches
+from raykueue.controller.caches import Caches, foreign_heads
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.current import names_pod
 from raykueue.controller.facts import Facts, gather
@@ -82,8 +82,12 @@ class Reader:
         return self.workloads_named_for(p.key(pod), pod)
 
     def heads(self, namespace: str, cluster: str) -> list[Obj]:
-        found = (self.pod((namespace, name)) for name in self.state.heads(namespace, cluster))
-        return [x for x in found if x is not None]
+        ours = self.state.heads(namespace, cluster)
+        found = [x for x in (self.pod((namespace, name)) for name in ours) if x is not None]
+        # Heads raykueue never labelled (created before the opt-in or the install):
+        # no Workload of ours, so they count once past every gate (decide.head_admitted).
+        return found + [x for x in foreign_heads(self.caches.heads.list(namespace))
+                        if p.cluster(x) == cluster and p.name(x) not in ours]
 
     def flavor(self, name: str) -> Obj | None:
         return self.caches.flavors.get(None, name)

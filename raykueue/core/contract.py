@@ -69,7 +69,18 @@ EVICTED_CONDITION: Final = "raykueue.io/Evicted"
 
 DEFAULT_HEAD_PRIORITY_CLASS: Final = "ray-head"
 DEFAULT_WORKER_PRIORITY_CLASS: Final = "ray-worker"
-DEFAULT_CONTROLLER_IDENTITY: Final = "system:serviceaccount:raykueue-system:raykueue"
+# The install's namespace and ServiceAccount; the server takes the ones its pod
+# really runs as from the downward API (RAYKUEUE_POD_NAMESPACE, RAYKUEUE_SERVICE_ACCOUNT).
+DEFAULT_NAMESPACE: Final = "raykueue-system"
+DEFAULT_SERVICE_ACCOUNT: Final = "raykueue"
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    """The username the API server gives a ServiceAccount's tokens (and shows webhooks)."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+DEFAULT_CONTROLLER_IDENTITY: Final = service_account_user(DEFAULT_NAMESPACE, DEFAULT_SERVICE_ACCOUNT)
 
 # The API server calls mutating webhook configurations in name order. "aa-..."
 # sorts before Kueue's ("kueue-..."): there raykueue hides an opted-in Ray

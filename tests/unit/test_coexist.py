@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raykueue.coexist.findings import findings
-from raykueue.coexist.kueueconfig import ASSUMED, SHIPPED_FRAMEWORKS, BadConfig, parse
+from raykueue.coexist.findings import KINDS, findings, unread
+from raykueue.coexist.kueueconfig import ASSUMED, SHIPPED_FRAMEWORKS, BadConfig, parse, read_configuration
 from raykueue.coexist.selectors import matches
 from raykueue.core import contract as c
 
@@ -97,3 +97,27 @@ def test_each_unsafe_setup_is_found_and_says_what_to_change() -> None:
 def test_without_kueues_ray_integrations_our_webhooks_are_not_required() -> None:
     setup = parse(kueue_config(integrations={"frameworks": ["batch/job", "pod"]}), "cm")
     assert findings(setup, []) == []
+
+
+@pytest.mark.parametrize("config_map, error, problem", [
+    (None, None, "not found"),
+    (None, "403 Forbidden: configmaps is forbidden", "not readable: 403 Forbidden"),
+    ({"data": {}}, None, "has no key controller_manager_config.yaml"),
+    ({"data": {"controller_manager_config.yaml": "kind: Deployment"}}, None, "not a Kueue Configuration"),
+], ids=["absent", "forbidden", "no-key", "not-a-configuration"])
+def test_a_configuration_not_read_says_why_and_assumes_kueue_as_shipped(
+        config_map: dict | None, error: str | None, problem: str) -> None:
+    setup, why = read_configuration(config_map, "ConfigMap q/queues-kueue-manager-config", error)
+    assert setup is ASSUMED and why is not None and problem in why
+    finding = unread("ConfigMap q/queues-kueue-manager-config", why)
+    assert finding.kind == "KueueConfigurationUnread" and finding.kind in KINDS
+    # Where it looked, what it assumes instead, and the two settings that name it.
+    for part in ("q/queues-kueue-manager-config", problem, "assumes Kueue as shipped",
+                 "RAYKUEUE_KUEUE_NAMESPACE", "RAYKUEUE_KUEUE_CONFIG_MAP", "kueue.configMap"):
+        assert part in finding.message
+
+
+def test_a_configuration_read_has_no_problem() -> None:
+    setup, why = read_configuration({"data": {"controller_manager_config.yaml": kueue_config(
+        manageJobsWithoutQueueName=True)}}, "ConfigMap kueue-system/kueue-manager-config")
+    assert why is None and setup.manage_jobs_without_queue_name

@@ -60,3 +60,14 @@ def test_the_event_loop_waits_at_most_half_a_millisecond_for_the_gil(
     finally:
         sys.setswitchinterval(before)
         gc.unfreeze()
+
+
+def test_controller_identity_is_derived_from_the_pods_service_account(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().controller_identities == ["system:serviceaccount:raykueue-system:raykueue"]
+    monkeypatch.setenv("RAYKUEUE_POD_NAMESPACE", "ray-ops")
+    monkeypatch.setenv("RAYKUEUE_SERVICE_ACCOUNT", "rk")
+    assert Settings().controller_identities == ["system:serviceaccount:ray-ops:rk"]
+    # Set explicitly, the list is taken as it is (another process runs the controller).
+    monkeypatch.setenv("RAYKUEUE_CONTROLLER_IDENTITIES", "ci-bot,system:serviceaccount:x:y")
+    assert Settings().controller_identities == ["ci-bot", "system:serviceaccount:x:y"]
