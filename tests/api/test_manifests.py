@@ -80,7 +80,7 @@ def test_optional_parts_are_accepted(kubectl, new_namespace, path: str, kinds: s
 
 def test_cert_manager_overlay_is_accepted(kubectl, new_namespace) -> None:
     """cert-manager's CRDs are not on the test stack: its two objects are checked in
-    tests/unit/test_manifests.py; everything the overlay patches is checked here."""
+    tests/tools/test_manifests.py; everything the overlay patches is checked here."""
     ns = new_namespace("certmanager")
     docs = build(kubectl, ROOT / "examples" / "cert-manager")
     ours = [d for d in docs if not d["apiVersion"].startswith(CERT_MANAGER_GROUP + "/")]
