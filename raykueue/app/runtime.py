@@ -18,7 +18,7 @@ from functools import partial
 from raykueue.app import certificates
 from raykueue.app.certificates import Certificates
 from raykueue.app.leadership import ControllerHost
-from raykueue.app.lookup import ClusterView, keep_metadata, keep_value
+from raykueue.app.lookup import ClusterView, keep_labels, keep_metadata, keep_value
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.watcher import KueueWatch
@@ -30,7 +30,7 @@ from raykueue.kube.events import EventRecorder
 from raykueue.kube.rest import Rest
 from raykueue.webhooks.admit import Outcome, admit_create, admit_ray_object, admit_update
 from raykueue.webhooks.classify import PodPriority, Policy
-from raykueue.webhooks.rayobjects import Stage
+from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage
 from raykueue.webhooks.review import Review
 
 log = logging.getLogger("raykueue")
@@ -42,16 +42,20 @@ def policy_from(settings: Settings) -> Policy:
         if settings.set_pod_priority
         else None
     )
-    return Policy(settings.head_priority_class, settings.worker_priority_class, pod_priority)
+    return Policy(settings.head_priority_class, settings.worker_priority_class, pod_priority,
+                  settings.head_only_classes)
+
+
+def ray_object_policy_from(settings: Settings) -> RayObjectPolicy:
+    return RayObjectPolicy(settings.autoscaler_allocate_timeout_seconds, settings.head_only_classes)
 
 
 def mutate_with(view: ClusterView, policy: Policy, review: Review) -> Outcome:
     return admit_create(review, view.context_for(review.object, review.namespace), policy)
 
 
-def ray_object_with(view: ClusterView, stage: Stage, allocate_timeout: int, review: Review) -> Outcome:
-    owners = view.context_for(review.object, review.namespace).owners
-    return admit_ray_object(review, owners, stage, allocate_timeout)
+def ray_object_with(view: ClusterView, stage: Stage, policy: RayObjectPolicy, review: Review) -> Outcome:
+    return admit_ray_object(review, stage, view.facts_for(review.object, review.namespace), policy)
 
 
 def pods_ready_with(settings: Settings, kueue: KueueWatch | None) -> bool:
@@ -149,9 +153,9 @@ def start(settings: Settings) -> Runtime:
         settings.max_body_bytes,
         more={
             c.RAY_OBJECTS_FIRST_PATH: ("ray-objects-first", partial(
-                ray_object_with, view, Stage.FIRST, settings.autoscaler_allocate_timeout_seconds)),
+                ray_object_with, view, Stage.FIRST, ray_object_policy_from(settings))),
             c.RAY_OBJECTS_LAST_PATH: ("ray-objects-last", partial(
-                ray_object_with, view, Stage.LAST, settings.autoscaler_allocate_timeout_seconds)),
+                ray_object_with, view, Stage.LAST, ray_object_policy_from(settings))),
         },
     )
     return Runtime(settings, app, certs, cluster, leadership, stop, tuple(threads))
@@ -198,10 +202,13 @@ def connect(settings: Settings) -> Cluster | None:
         priority_classes = cache(
             r.Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
             keep_value)
+    # Kueue's managedJobsNamespaceSelector selects namespaces by their labels.
+    namespaces = cache(r.Resource("", "v1", "namespaces", namespaced=False), keep_labels)
     kueue = KueueWatch(rest, s.kueue_namespace, s.kueue_config_map,
                        EventRecorder(rest, "raykueue.io/coexist")).start()
     caches += kueue.caches
-    view = ClusterView(owners, local_queues, priority_classes, kueue=lambda: kueue.snapshot.setup)
+    view = ClusterView(owners, local_queues, priority_classes, kueue=lambda: kueue.snapshot.setup,
+                       namespaces=namespaces)
     return Cluster(rest, view, tuple(caches), kueue)
 
 

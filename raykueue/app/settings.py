@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     # --- admission policy ------------------------------------------------------
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
     worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
+    # WorkloadPriorityClasses only heads may name (a worker pod or worker group
+    # template naming one is denied). Empty: the head class alone.
+    head_only_priority_classes: CommaList = Field(default_factory=list)
     # Usernames allowed to lift the gate (the controller's ServiceAccount).
     controller_identities: CommaList = Field(
         default_factory=lambda: [c.DEFAULT_CONTROLLER_IDENTITY]
@@ -122,7 +125,12 @@ class Settings(BaseSettings):
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0
 
-    @field_validator("dns_names", "ip_addresses", "controller_identities", mode="before")
+    @property
+    def head_only_classes(self) -> frozenset[str]:
+        return frozenset(self.head_only_priority_classes or [self.head_priority_class])
+
+    @field_validator("dns_names", "ip_addresses", "controller_identities", "head_only_priority_classes",
+                     mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
@@ -131,6 +139,15 @@ class Settings(BaseSettings):
                 return orjson.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _worker_class_is_not_head_only(self) -> Settings:
+        if self.worker_priority_class in self.head_only_classes:
+            raise ValueError(
+                f"RAYKUEUE_WORKER_PRIORITY_CLASS={self.worker_priority_class} is one of the head-only "
+                f"classes {sorted(self.head_only_classes)} (RAYKUEUE_HEAD_ONLY_PRIORITY_CLASSES): every "
+                "worker would be denied")
+        return self
 
     @model_validator(mode="after")
     def _lease_timing(self) -> Settings:

@@ -61,7 +61,8 @@ def env(objs: dict) -> dict[str, Any]:
 
 def test_everything_namespaced_lives_in_raykueue_system(objs: dict) -> None:
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for (kind, name), obj in objs.items():
         if kind not in cluster_scoped:
             assert obj["metadata"].get("namespace") == NAMESPACE, (kind, name)
@@ -102,8 +103,9 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
     mutating = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     # The conditions name the very keys the admission code reads; what they
-    # let through is proven against the real API server (tests/api/test_install.py).
+    # let through is proven against the real API server (tests/api/test_scope.py).
     (opt_in,) = mutating["matchConditions"]
+    assert f"'{c.OPTED_IN_LABEL}'" in opt_in["expression"]
     assert c.STANDALONE_ANNOTATION in opt_in["expression"]
     assert f"'{c.RAY_API_GROUP}/'" in opt_in["expression"]
     validating = objs[("ValidatingWebhookConfiguration", c.VALIDATING_WEBHOOK_CONFIG)]["webhooks"][0]
@@ -116,25 +118,56 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
 def test_ray_object_webhooks_sit_around_kueues(objs: dict) -> None:
     service = objs[("Service", "raykueue-webhook")]
     port = next(p for p in service["spec"]["ports"] if p["name"] == "webhook")["port"]
-    (first,) = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
-    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][1]
+    firsts = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
+    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][2]
     # Before Kueue's configuration on the way in, after it on the way out.
     kueue = "kueue-mutating-webhook-configuration"
     assert c.FIRST_MUTATING_WEBHOOK_CONFIG < kueue < c.MUTATING_WEBHOOK_CONFIG
-    for hook, path, ops in ((first, c.RAY_OBJECTS_FIRST_PATH, ["CREATE", "UPDATE"]),
-                            (last, c.RAY_OBJECTS_LAST_PATH, ["CREATE"])):
+    # One first-stage entry per kind, since CEL reads each kind's templates where it keeps them.
+    assert sorted(r for hook in firsts for r in hook["rules"][0]["resources"]) == [
+        "rayclusters", "rayjobs", "rayservices"]
+    for hook, path, policy in (*((f, c.RAY_OBJECTS_FIRST_PATH, "Never") for f in firsts),
+                               (last, c.RAY_OBJECTS_LAST_PATH, "IfNeeded")):
         svc = hook["clientConfig"]["service"]
         assert (svc["name"], svc["namespace"], svc["path"], svc["port"]) == (
             "raykueue-webhook", NAMESPACE, path, port)
         (rule,) = hook["rules"]
-        assert rule["apiGroups"] == [c.RAY_API_GROUP] and rule["operations"] == ops
-        assert set(rule["resources"]) == {"rayclusters", "rayjobs", "rayservices"}
-        assert hook["reinvocationPolicy"] == "Never" and hook["failurePolicy"] == "Fail"
+        assert rule["apiGroups"] == [c.RAY_API_GROUP] and rule["operations"] == ["CREATE", "UPDATE"]
+        # The first stage runs before Kueue's; the last is reinvoked after a reinvoked Kueue.
+        assert hook["reinvocationPolicy"] == policy and hook["failurePolicy"] == "Fail"
         opt_in, scope = hook["matchConditions"]
         assert c.STANDALONE_ANNOTATION in opt_in["expression"]
-        # Scaling updates (the autoscaler's) never wait for raykueue.
+        # Updates that change nothing of ours (the autoscaler's) never wait for raykueue.
         assert "request.operation == 'CREATE'" in scope["expression"]
         assert f"'{c.QUEUE_LABEL}'" in scope["expression"]
+    assert set(last["rules"][0]["resources"]) == {"rayclusters", "rayjobs", "rayservices"}
+    rayclusters = next(f for f in firsts if f["rules"][0]["resources"] == ["rayclusters"])
+    assert f"'{c.OPTED_IN_LABEL}'" in rayclusters["matchConditions"][1]["expression"]
+
+
+def test_the_legacy_pod_webhook_never_blocks(objs: dict) -> None:
+    """Pods of clusters opted in before templates were stamped: gated while raykueue is
+    up, created as usual while it is down (docs/KUEUE.md, upgrade notes)."""
+    pods, legacy = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][:2]
+    assert legacy["failurePolicy"] == "Ignore" and legacy["timeoutSeconds"] <= 2
+    paths = {hook["clientConfig"]["service"]["path"] for hook in (pods, legacy)}
+    assert paths == {c.MUTATE_PATH}
+    assert {"key": c.OPTED_IN_LABEL, "operator": "NotIn", "values": [c.OPTED_IN_VALUE]} in \
+        legacy["objectSelector"]["matchExpressions"]
+    (owned,) = legacy["matchConditions"]
+    assert f"'{c.RAY_API_GROUP}/'" in owned["expression"]
+
+
+def test_the_stamp_is_protected_by_a_policy_bound_to_deny(objs: dict) -> None:
+    policy = objs[("ValidatingAdmissionPolicy", c.STAMP_POLICY)]["spec"]
+    binding = objs[("ValidatingAdmissionPolicyBinding", c.STAMP_POLICY)]["spec"]
+    assert binding == {"policyName": c.STAMP_POLICY, "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["rayclusters"] and rule["operations"] == ["CREATE", "UPDATE"]
+    (ns_expr,) = policy["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert ns_expr["operator"] == "NotIn" and {NAMESPACE, "kube-system"} <= set(ns_expr["values"])
+    assert any(c.FIRST_MUTATING_WEBHOOK_CONFIG in v["messageExpression"] for v in policy["validations"])
 
 
 def test_service_targets_the_pods_and_their_https_port(objs: dict) -> None:
