@@ -236,15 +236,16 @@ def test_the_stamp_is_protected_without_raykueue(hooks: Registrations, ns: str, 
     """aa-raykueue-first missing (a partial install): the policy refuses what it would have stamped."""
     api = api_stack.api
     hooks.off()
-    legacy = api.call("POST", path(ns, "RayCluster"), ray_object("RayCluster", "legacy", annotations=OPTED_IN))
+    clusters = path(ns, "RayCluster")
+    legacy = api.call("POST", clusters, ray_object("RayCluster", "legacy", annotations=OPTED_IN))
     hooks.down(without=(c.FIRST_MUTATING_WEBHOOK_CONFIG, c.MUTATING_WEBHOOK_CONFIG))
     message = refused(lambda: api.call("POST", path(ns, "RayCluster"),
                                        ray_object("RayCluster", "new", annotations=OPTED_IN)),
                       by="raykueue-stamp")
     assert c.FIRST_MUTATING_WEBHOOK_CONFIG in message
-    refused(lambda: api.call("POST", path(ns, "RayCluster"), ray_object("RayCluster", "theirs", stamped=True)),
+    refused(lambda: api.call("POST", clusters, ray_object("RayCluster", "theirs", stamped=True)),
             by="raykueue-stamp")
-    api.call("POST", path(ns, "RayCluster"), ray_object("RayCluster", "mine", annotations=OPTED_IN, stamped=True))
+    api.call("POST", clusters, ray_object("RayCluster", "mine", annotations=OPTED_IN, stamped=True))
     # A cluster opted in before raykueue stamped templates keeps updating.
     workers = copy.deepcopy(legacy["spec"]["workerGroupSpecs"])
     workers[0]["replicas"] = 2
