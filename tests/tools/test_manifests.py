@@ -18,6 +18,7 @@ import yaml
 from devstack.config import default_bin_dir
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
+from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -252,11 +253,20 @@ def test_priorities_component_has_the_default_classes() -> None:
     assert head > classes[("WorkloadPriorityClass", c.DEFAULT_WORKER_PRIORITY_CLASS)]["value"]
 
 
-def test_examples_queue_an_opted_in_raycluster() -> None:
+def test_examples_queue_an_opted_in_raycluster_in_the_form_that_shows_no_drift() -> None:
     examples = by_name(build(EXAMPLES))
-    rc = examples[("RayCluster", "sample")]["metadata"]
+    cluster = examples[("RayCluster", "sample")]
+    rc = cluster["metadata"]
     assert rc["annotations"][c.STANDALONE_ANNOTATION] == "true"
-    queue = rc["labels"][c.QUEUE_LABEL]
+    # Our annotation from the start, never the label raykueue would move
+    # (tests/e2e/test_gitops.py applies this file twice).
+    assert c.QUEUE_LABEL not in rc.get("labels", {})
+    queue = rc["annotations"][c.QUEUE_ANNOTATION]
+    spec = cluster["spec"]
+    for template in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]:
+        assert template["metadata"]["labels"][c.OPTED_IN_LABEL] == c.OPTED_IN_VALUE
+    assert {"name": ALLOCATE_TIMEOUT_ENV, "value": str(Settings().autoscaler_allocate_timeout_seconds)} in \
+        spec["autoscalerOptions"]["env"]
     lq = examples[("LocalQueue", queue)]
     assert lq["metadata"]["namespace"] == rc["namespace"]
     assert ("ClusterQueue", lq["spec"]["clusterQueue"]) in examples
