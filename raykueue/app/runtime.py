@@ -17,11 +17,12 @@ from functools import partial
 
 from raykueue.app import certificates
 from raykueue.app.certificates import Certificates
-from raykueue.app.leadership import ControllerHost
+from raykueue.app.leadership import COMPONENT, ControllerHost
 from raykueue.app.lookup import ClusterView, keep_labels, keep_metadata, keep_value
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.watcher import KueueWatch
+from raykueue.controller.unaccounted import UnaccountedPods
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import Transform, WatchCache
@@ -145,6 +146,12 @@ def start(settings: Settings) -> Runtime:
         threads.append(thread)
         if settings.controller:
             readiness.append(Readiness("controller", leadership.status))
+            rayclusters = cluster.view.owners.get(c.RAYCLUSTER_KIND) if cluster is not None else None
+            if cluster is not None and rayclusters is not None:
+                # Pods of opted-in clusters that the legacy webhook let through ungated.
+                threads.append(UnaccountedPods(
+                    cluster.rest, rayclusters.list, EventRecorder(cluster.rest, COMPONENT),
+                    leadership.is_leader).start(stop, settings.unaccounted_interval_seconds))
     view = cluster.view if cluster is not None else ClusterView.offline()
     app = build_app(
         partial(mutate_with, view, policy_from(settings)),

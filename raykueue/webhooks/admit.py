@@ -105,6 +105,6 @@ def admit_ray_object(review: Review, stage: Stage, facts: Facts, policy: RayObje
     if not is_opted_in(obj) and not answer.patch:
         return Outcome(Verdict(True), "skipped", reason="not opted in")
     decision = "hidden" if stage is Stage.FIRST else "restored"
-    what = answer.what if answer.patch else "nothing to change"
+    what = answer.what if answer.patch else f"{answer.what}; nothing to change"
     return Outcome(Verdict(True, patch=answer.patch or None), decision,
                    reason=f"{kind} {display_name(obj)}: {what}")

@@ -137,6 +137,12 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: Facts, policy: RayOb
         # its stamps go with it, so its pods are Kueue's again.
         return Changed(_unstamp(obj), "not opted in")
     newly = not updating or was != value
+    if not newly and labels(old).get(c.QUEUE_LABEL):
+        # Opted in before raykueue was installed, with Kueue's queue label, so Kueue
+        # admits it whole: moving the label would be refused by Kueue's validating
+        # webhook on a running object, and stamping it would count its pods twice.
+        # Suspend it and set the opt-in again to hand it to raykueue.
+        return Changed([], f"Kueue admits it whole ({c.QUEUE_LABEL} since before raykueue)")
     refusal = (_cannot_opt_in(obj, facts) if newly else None) or _head_priority_on_a_worker(
         obj, old if updating else None, policy)
     if refusal is not None:

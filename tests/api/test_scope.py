@@ -14,7 +14,6 @@ way for its duration and puts back whatever it found.
 from __future__ import annotations
 
 import copy
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -62,9 +61,12 @@ class Registrations:
 
     def _opted_in_raycluster_created(self) -> bool:
         """Whether a dry-run unstamped opted-in RayCluster is created (neither webhook nor policy)."""
+        probe = ray_object("RayCluster", "scope-probe", annotations=OPTED_IN)
+        # On the e2e stack Kueue's webhooks give it namespace default's LocalQueue
+        # `default`, and refuse autoscaling on a RayCluster they then manage.
+        del probe["spec"]["enableInTreeAutoscaling"]
         try:
-            self.api.call("POST", path("default", "RayCluster") + "?dryRun=All",
-                          ray_object("RayCluster", "scope-probe", annotations=OPTED_IN))
+            self.api.call("POST", path("default", "RayCluster") + "?dryRun=All", probe)
         except KubeError:
             return False
         return True
@@ -106,18 +108,22 @@ def ns(new_namespace: Callable[..., str]) -> str:
     return new_namespace("scope")
 
 
-def pod(ns: str, *, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-        ray_owner: bool = True, role: str = "worker") -> dict[str, Any]:
-    """A pod as KubeRay makes it (its RayCluster as controller owner, unless `ray_owner` is False)."""
+def pod(ns: str, owner: dict[str, Any] | None, *, labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None, role: str = "worker") -> dict[str, Any]:
+    """A pod as KubeRay makes it: `owner` (a RayCluster) as its controller, or a bare one."""
     body = rv.creatable_pod(role)
     meta = body["metadata"]
     meta.update(generateName=f"rc-{role}-", namespace=ns)
     meta["labels"].update(labels or {})
     meta.setdefault("annotations", {}).update(annotations or {})
-    if ray_owner:
-        meta["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc",
-                                    "uid": str(uuid.uuid4()), "controller": True}]
+    if owner is not None:
+        meta["ownerReferences"] = [owner_ref(owner)]
     return body
+
+
+def owner_ref(owner: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True}
 
 
 def create_pod(api, body: dict[str, Any]) -> dict[str, Any]:
@@ -133,20 +139,27 @@ def refused(call: Callable[[], Any], *, by: str) -> str:
 
 
 def ray_object(kind: str, name: str, *, annotations: dict[str, str] | None = None,
-               labels: dict[str, str] | None = None, stamped: bool = False) -> dict[str, Any]:
+               labels: dict[str, str] | None = None, stamped: bool = False,
+               autoscaling: bool = True, suspend: bool = False) -> dict[str, Any]:
+    """`suspend`: KubeRay (on the e2e stack) makes no pods for it."""
     cluster = raycluster(name, 1)
     spec = cluster["spec"]
-    spec["enableInTreeAutoscaling"] = True
-    spec["autoscalerOptions"] = {"env": [{"name": ALLOCATE_TIMEOUT_ENV, "value": "86400"}]}
+    if autoscaling:
+        spec["enableInTreeAutoscaling"] = True
+        spec["autoscalerOptions"] = {"env": [{"name": ALLOCATE_TIMEOUT_ENV, "value": "86400"}]}
+    if suspend:
+        spec["suspend"] = True
     for template in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]:
         template["metadata"] = {"labels": dict(STAMPED) if stamped else {}}
     meta = {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})}
     if kind == "RayCluster":
         return {**cluster, "metadata": meta}
+    spec.pop("suspend", None)
     if kind == "RayJob":
         return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta,
+                # Kueue's validating webhook asks this of a RayJob it manages (e2e stack).
                 "spec": {"entrypoint": "python -c 'print(1)'", "submissionMode": "SidecarMode",
-                         "rayClusterSpec": spec}}
+                         "shutdownAfterJobFinishes": True, "rayClusterSpec": spec, "suspend": suspend}}
     return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": meta,
             "spec": {"rayClusterConfig": spec}}
 
@@ -162,21 +175,22 @@ def test_with_raykueue_down_only_stamped_and_bare_opted_in_pods_wait(hooks: Regi
                                                                       api_stack) -> None:
     api = api_stack.api
     hooks.down()
+    rc = api.call("POST", path(ns, "RayCluster"), ray_object("RayCluster", "rc", suspend=True))
     queue = {c.QUEUE_LABEL: "team-a"}
-    # Other teams' KubeRay pods are created as usual: the owner reference alone no
-    # longer brings a pod into scope, nor a pod template's own opt-in annotation
+    # Other teams' KubeRay pods are created as usual (raykueue's gate never on them;
+    # on the e2e stack Kueue's pod webhook may take them): the owner reference alone
+    # no longer brings a pod into scope, nor a pod template's own opt-in annotation
     # (the legacy webhook sees it, failurePolicy Ignore).
-    for body in (pod(ns, labels=queue), pod(ns, labels=queue, role="head"),
-                 pod(ns, annotations=OPTED_IN), pod(ns, annotations={c.STANDALONE_ANNOTATION: "bad"}),
-                 pod(ns, ray_owner=False), pod(ns, labels={c.NODE_TYPE_LABEL: "redis-cleanup", **STAMPED})):
-        created = create_pod(api, body)
-        assert rv.gates(created) == []
-    system = pod("kube-system", labels=STAMPED)
-    assert rv.gates(create_pod(api, system)) == []
+    for body in (pod(ns, rc, labels=queue), pod(ns, rc, labels=queue, role="head"),
+                 pod(ns, rc, annotations=OPTED_IN), pod(ns, rc, annotations={c.STANDALONE_ANNOTATION: "bad"}),
+                 pod(ns, None), pod(ns, rc, labels={c.NODE_TYPE_LABEL: "redis-cleanup", **STAMPED})):
+        assert c.GATE not in rv.gates(create_pod(api, body))
+    system = pod("kube-system", None, labels=STAMPED)
+    assert c.GATE not in rv.gates(create_pod(api, system))
     # What opted in waits: a stamped pod (its cluster opted in), a bare pod's own opt-in.
-    for body in (pod(ns, labels=STAMPED), pod(ns, labels=STAMPED, role="head"),
-                 pod(ns, annotations=OPTED_IN, ray_owner=False),
-                 pod(ns, annotations={c.STANDALONE_ANNOTATION: "bad"}, ray_owner=False)):
+    for body in (pod(ns, rc, labels=STAMPED), pod(ns, rc, labels=STAMPED, role="head"),
+                 pod(ns, None, annotations=OPTED_IN),
+                 pod(ns, None, annotations={c.STANDALONE_ANNOTATION: "bad"})):
         refused(lambda body=body: create_pod(api, body), by="mutate-pods.raykueue.io")
 
 
@@ -188,11 +202,12 @@ def test_with_raykueue_down_ray_objects_that_did_not_opt_in_are_created(hooks: R
                                                                          api_stack, kind: str) -> None:
     api = api_stack.api
     hooks.down()
-    theirs = ray_object(kind, "theirs", labels={c.QUEUE_LABEL: "team-a"})
+    job = api.call("POST", path(ns, "RayJob"), ray_object("RayJob", "job", suspend=True))
+    # On the e2e stack Kueue takes it (its queue label) and refuses autoscaling on it.
+    theirs = ray_object(kind, "theirs", labels={c.QUEUE_LABEL: "team-a"}, autoscaling=False)
     # A Ray owner no longer brings an object into scope (KubeRay copies the owner's
     # annotations, so an opted-in owner's RayCluster carries the opt-in itself).
-    theirs["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "job",
-                                              "uid": str(uuid.uuid4()), "controller": True}]
+    theirs["metadata"]["ownerReferences"] = [owner_ref(job)]
     api.call("POST", path(ns, kind) + "?dryRun=All", theirs)
     mine = ray_object(kind, "mine", annotations=OPTED_IN)
     refused(lambda: api.call("POST", path(ns, kind) + "?dryRun=All", mine),

@@ -481,3 +481,14 @@ def test_on_update_a_queue_label_another_webhook_added_is_moved() -> None:
     after = through(update, Stage.LAST, "UPDATE", stored)
     assert after["metadata"]["annotations"][c.QUEUE_ANNOTATION] == "mandated"
     assert c.QUEUE_LABEL not in after["metadata"]["labels"]
+
+
+def test_a_cluster_kueue_admitted_whole_before_raykueue_was_installed_is_left_to_kueue() -> None:
+    """Opted in and queue-labelled before raykueue existed: Kueue admits it as one
+    Workload, and its validating webhook refuses a queue label's removal while it runs."""
+    old = ray_object("RayCluster", annotations=OPTED_IN, labels={c.QUEUE_LABEL: "team-a"})
+    new = copy.deepcopy(old)
+    new["spec"]["workerGroupSpecs"][0]["replicas"] = 4
+    answer = outcome(new, Stage.FIRST, "UPDATE", old)
+    assert answer.verdict.allowed and answer.verdict.patch is None
+    assert "Kueue admits it whole" in answer.reason
