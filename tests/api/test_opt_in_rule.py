@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from raykueue.core import contract as c
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
 from tests.api.test_scope import OPTED_IN, path, ray_object
-from tests.stackfixtures import RaykueueServer
-from tests.waiting import wait_for
 
 MERGE = {"content_type": "application/merge-patch+json"}
 MANAGED = {"kueue-managed": "true"}

@@ -24,9 +24,9 @@ from devstack.kubeapi import KubeError, object_path
 from devstack.webhooks import shipped_webhook_configurations, webhook_configurations
 from raykueue.core import contract as c
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
-from tests import reviews as rv
+from testkit import reviews as rv
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import raycluster
-from tests.waiting import wait_for
 
 RAY = "/apis/ray.io/v1/namespaces/{ns}/{plural}"
 STAMPED = {c.OPTED_IN_LABEL: c.OPTED_IN_VALUE}

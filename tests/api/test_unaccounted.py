@@ -15,9 +15,9 @@ from raykueue.core import contract as c
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import Resource
 from raykueue.kube.rest import Rest
-from tests import reviews as rv
+from testkit import reviews as rv
+from testkit.waiting import wait_for
 from tests.api.test_scope import OPTED_IN, hooks, path, ray_object  # noqa: F401 - fixture
-from tests.waiting import wait_for
 
 EVENTS = Resource("events.k8s.io", "v1", "events")
 
