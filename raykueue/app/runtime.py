@@ -21,11 +21,12 @@ from kubernetes.client import ApiClient
 
 from raykueue.app import certificates
 from raykueue.app.certificates import Certificates
-from raykueue.app.leadership import ControllerHost
-from raykueue.app.lookup import ClusterView, keep_metadata, keep_value
+from raykueue.app.leadership import COMPONENT, ControllerHost
+from raykueue.app.lookup import ClusterView, keep_labels, keep_metadata, keep_value
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.watcher import KueueWatch
+from raykueue.controller.unaccounted import UnaccountedPods
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.backoff import Backoff
@@ -35,7 +36,7 @@ from raykueue.kube.events import EventRecorder
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.admit import Outcome, admit_create, admit_ray_object, admit_update
 from raykueue.webhooks.classify import PodPriority, Policy
-from raykueue.webhooks.rayobjects import Stage
+from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage
 from raykueue.webhooks.review import Review
 
 log = logging.getLogger("raykueue")
@@ -47,16 +48,20 @@ def policy_from(settings: Settings) -> Policy:
         if settings.set_pod_priority
         else None
     )
-    return Policy(settings.head_priority_class, settings.worker_priority_class, pod_priority)
+    return Policy(settings.head_priority_class, settings.worker_priority_class, pod_priority,
+                  settings.head_only_classes)
+
+
+def ray_object_policy_from(settings: Settings) -> RayObjectPolicy:
+    return RayObjectPolicy(settings.autoscaler_allocate_timeout_seconds, settings.head_only_classes)
 
 
 def mutate_with(view: ClusterView, policy: Policy, review: Review) -> Outcome:
     return admit_create(review, view.context_for(review.object, review.namespace), policy)
 
 
-def ray_object_with(view: ClusterView, stage: Stage, allocate_timeout: int, review: Review) -> Outcome:
-    owners = view.context_for(review.object, review.namespace).owners
-    return admit_ray_object(review, owners, stage, allocate_timeout)
+def ray_object_with(view: ClusterView, stage: Stage, policy: RayObjectPolicy, review: Review) -> Outcome:
+    return admit_ray_object(review, stage, view.facts_for(review.object, review.namespace), policy)
 
 
 def pods_ready_with(settings: Settings, cluster: Cluster | None) -> bool:
@@ -96,6 +101,7 @@ class Cluster:
         self.view = ClusterView.connecting()
         self.caches: tuple[WatchCache, ...] = ()  # every cache started, the Kueue watch's included
         self.kueue: KueueWatch | None = None
+        self.rayclusters: WatchCache | None = None
         self._lock = threading.Lock()
         self._stopped = False
         self._connected = threading.Event()
@@ -169,12 +175,15 @@ class Cluster:
                 priority_classes = cache(
                     r.Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
                     keep_value)
+            # Kueue's managedJobsNamespaceSelector selects namespaces by their labels.
+            namespaces = cache(r.Resource("", "v1", "namespaces", namespaced=False), keep_labels)
             kueue = KueueWatch(rest, s.kueue_namespace, s.kueue_config_map,
                                EventRecorder(rest, "raykueue.io/coexist")).start()
             self.caches = (*caches, *kueue.caches)
             self.kueue = kueue
+            self.rayclusters = owners[c.RAYCLUSTER_KIND]
             self.view.attach(owners, local_queues, priority_classes,
-                             kueue=lambda: kueue.snapshot.setup)
+                             kueue=lambda: kueue.snapshot.setup, namespaces=namespaces)
         return True
 
     def stop(self) -> None:
@@ -259,9 +268,8 @@ def start(settings: Settings) -> Runtime:
         if settings.controller:
             readiness.append(Readiness("controller", leadership.status))
     if cluster is not None:
-        campaign = partial(_start_thread, threads, "leadership", leadership.run, stop) \
-            if leadership is not None else _nothing
-        _start_thread(threads, "connect", cluster.connect, stop, campaign)
+        _start_thread(threads, "connect", cluster.connect, stop,
+                      partial(_once_connected, cluster, leadership, settings, stop, threads))
     log.info("gate lifts allowed for: %s", ", ".join(settings.controller_identities))
     view = cluster.view if cluster is not None else ClusterView.offline()
     app = build_app(
@@ -271,9 +279,9 @@ def start(settings: Settings) -> Runtime:
         settings.max_body_bytes,
         more={
             c.RAY_OBJECTS_FIRST_PATH: ("ray-objects-first", partial(
-                ray_object_with, view, Stage.FIRST, settings.autoscaler_allocate_timeout_seconds)),
+                ray_object_with, view, Stage.FIRST, ray_object_policy_from(settings))),
             c.RAY_OBJECTS_LAST_PATH: ("ray-objects-last", partial(
-                ray_object_with, view, Stage.LAST, settings.autoscaler_allocate_timeout_seconds)),
+                ray_object_with, view, Stage.LAST, ray_object_policy_from(settings))),
         },
     )
     return Runtime(settings, app, certs, cluster, leadership, stop, threads)
@@ -305,8 +313,18 @@ def _start_thread(threads: list[threading.Thread], name: str, target: Callable[.
     threads.append(thread)
 
 
-def _nothing() -> None:
-    pass
+def _once_connected(cluster: Cluster, leadership: ControllerHost | None, settings: Settings,
+                    stop: threading.Event, threads: list[threading.Thread]) -> None:
+    """What needs the cluster's caches: the campaign for the Lease, and (with the
+    controller) the sweep for pods of opted-in clusters that the legacy webhook let
+    through ungated."""
+    if leadership is None:
+        return
+    _start_thread(threads, "leadership", leadership.run, stop)
+    if settings.controller and cluster.rayclusters is not None:
+        threads.append(UnaccountedPods(
+            cluster.rest, cluster.rayclusters.list, EventRecorder(cluster.rest, COMPONENT),
+            leadership.is_leader).start(stop, settings.unaccounted_interval_seconds))
 
 
 def _never() -> bool:

@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     # --- admission policy ------------------------------------------------------
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
     worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
+    # WorkloadPriorityClasses only heads may name (a worker pod or worker group
+    # template naming one is denied). Empty: the head class alone.
+    head_only_priority_classes: CommaList = Field(default_factory=list)
     # Usernames allowed to lift the gate. Unset: the controller's own account,
     # system:serviceaccount:<pod_namespace>:<service_account> (filled in below).
     # Set it only when another process (or account) runs the controller.
@@ -119,6 +122,9 @@ class Settings(BaseSettings):
     # every stuck_interval_seconds.
     stuck_grace_seconds: float = 120.0
     stuck_interval_seconds: float = 15.0
+    # The leader lists the pods raykueue does not manage of each opted-in RayCluster
+    # this often and evicts those running outside quota (controller/unaccounted.py).
+    unaccounted_interval_seconds: float = Field(default=60.0, gt=0)
     leader_election: bool = True
     # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
     # manifests set it from the downward API), else "default", so that
@@ -132,7 +138,12 @@ class Settings(BaseSettings):
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0
 
-    @field_validator("dns_names", "ip_addresses", "controller_identities", mode="before")
+    @property
+    def head_only_classes(self) -> frozenset[str]:
+        return frozenset(self.head_only_priority_classes or [self.head_priority_class])
+
+    @field_validator("dns_names", "ip_addresses", "controller_identities", "head_only_priority_classes",
+                     mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
@@ -149,6 +160,15 @@ class Settings(BaseSettings):
         if not self.controller_identities:
             self.controller_identities = [
                 c.service_account_user(self.pod_namespace, self.service_account)]
+        return self
+
+    @model_validator(mode="after")
+    def _worker_class_is_not_head_only(self) -> Settings:
+        if self.worker_priority_class in self.head_only_classes:
+            raise ValueError(
+                f"RAYKUEUE_WORKER_PRIORITY_CLASS={self.worker_priority_class} is one of the head-only "
+                f"classes {sorted(self.head_only_classes)} (RAYKUEUE_HEAD_ONLY_PRIORITY_CLASSES): every "
+                "worker would be denied")
         return self
 
     @model_validator(mode="after")

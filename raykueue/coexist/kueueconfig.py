@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from raykueue.coexist.selectors import matches, namespace_labels
+from raykueue.coexist.selectors import matches
 from raykueue.core import contract as c
 
 CONFIG_KEY = "controller_manager_config.yaml"
@@ -63,10 +63,13 @@ class KueueSetup:
     def pod_integration(self) -> bool:
         return "pod" in self.frameworks
 
-    def manages_unqueued_in(self, namespace: str) -> bool:
-        """Whether Kueue takes jobs without a queue label in `namespace`."""
-        return self.manage_jobs_without_queue_name and matches(
-            self.managed_namespaces, namespace_labels(namespace))
+    def manages_unqueued_in(self, namespace: Mapping[str, str]) -> bool:
+        """Whether Kueue takes jobs without a queue label in the namespace with these labels.
+
+        Judged by the namespace's labels, as Kueue's managedJobsNamespaceSelector
+        reads them (Kueue's documented selector is `kueue-managed=true`).
+        """
+        return self.manage_jobs_without_queue_name and matches(self.managed_namespaces, namespace)
 
 
 ASSUMED = KueueSetup(frozenset(SHIPPED_FRAMEWORKS), False, DEFAULT_MANAGED_NAMESPACES, True,

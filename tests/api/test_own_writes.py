@@ -171,6 +171,32 @@ def test_raykueues_account_is_refused_what_it_does_not_manage(
     admin.delete(pod_path)
 
 
+def test_a_kuberay_pod_without_raykueues_marks_may_be_deleted_never_changed(
+        admin, ns, as_controller) -> None:  # noqa: F811
+    """A pod of a cluster opted in before the stamp existed, let through ungated while
+    raykueue was down, carries none of raykueue's marks: the controller sends it back
+    to the queue by deleting it (controller/unaccounted.py), and may do nothing else to it."""
+    cluster = admin.create(f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{ns}/rayclusters", {
+        "apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
+        "metadata": {"name": "legacy", "namespace": ns,
+                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+            "containers": [{"name": "ray-head", "image": "rayproject/ray"}]}}}}})
+    create_pod(admin, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "legacy-worker", "namespace": ns,
+        "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "legacy"},
+        "ownerReferences": [{"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
+                             "name": "legacy", "uid": cluster["metadata"]["uid"],
+                             "controller": True}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    path = PODS.path(ns, "legacy-worker")
+    relabel = lambda: as_controller.merge_patch(  # noqa: E731
+        path, {"metadata": {"labels": {"x": "y"}}}, DRY_RUN)
+    with enforced(admin, relabel):
+        assert "is neither" in (refusal(relabel) or "")
+        assert refusal(lambda: as_controller.delete(path, query=DRY_RUN)) is None
+
+
 def test_under_the_policy_the_controller_still_does_its_whole_job(
         admin, ns, scope, as_controller, run_controller) -> None:  # noqa: F811
     other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns},

@@ -8,6 +8,8 @@ a sample), and records each moment one of these fails:
   RayCluster, RayJob or RayService whose `standalone` annotation is "true");
 - Kueue suspended an opted-in Ray object;
 - an opted-in pod carries Kueue's `managed` label or gate (Kueue counts it);
+- a pod of an opted-in cluster (the stamp `raykueue.io/opted-in` from its
+  template) is not raykueue's: one cluster, one admission regime;
 - a raykueue Workload is Finished by Kueue (`OwnerNotFound`), or deleted while
   its pod is alive and not being deleted.
 
@@ -92,7 +94,11 @@ class Invariants:
     def _pod(self, event: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         self.counts[f"pods {event.lower()}"] += 1
-        if (meta.get("labels") or {}).get(c.MANAGED_BY_LABEL) != c.MANAGED_BY_VALUE:
+        labels = meta.get("labels") or {}
+        ours = labels.get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
+        if labels.get(c.OPTED_IN_LABEL) == c.OPTED_IN_VALUE and not ours and event == "ADDED":
+            self._fail(f"pod {meta['name']} of an opted-in cluster is not raykueue's")
+        if not ours:
             return
         gates = [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
         if (meta.get("labels") or {}).get(c.KUEUE_MANAGED_LABEL) == "true" or c.KUEUE_POD_GATE in gates:

@@ -18,6 +18,7 @@ import yaml
 from devstack.config import default_bin_dir
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
+from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
 from tests.podenv import kubelet_env, settings_from
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +82,8 @@ def webhook_configuration_writes(rules: list[dict[str, Any]]) -> list[dict[str, 
 
 def test_everything_namespaced_lives_in_raykueue_system(objs: dict) -> None:
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for (kind, name), obj in objs.items():
         if kind not in cluster_scoped:
             assert obj["metadata"].get("namespace") == NAMESPACE, (kind, name)
@@ -133,8 +135,9 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
     mutating = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     # The conditions name the very keys the admission code reads; what they
-    # let through is proven against the real API server (tests/api/test_install.py).
+    # let through is proven against the real API server (tests/api/test_scope.py).
     (opt_in,) = mutating["matchConditions"]
+    assert f"'{c.OPTED_IN_LABEL}'" in opt_in["expression"]
     assert c.STANDALONE_ANNOTATION in opt_in["expression"]
     assert f"'{c.RAY_API_GROUP}/'" in opt_in["expression"]
     validating = objs[("ValidatingWebhookConfiguration", c.VALIDATING_WEBHOOK_CONFIG)]["webhooks"][0]
@@ -147,25 +150,56 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
 def test_ray_object_webhooks_sit_around_kueues(objs: dict) -> None:
     service = objs[("Service", "raykueue-webhook")]
     port = next(p for p in service["spec"]["ports"] if p["name"] == "webhook")["port"]
-    (first,) = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
-    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][1]
+    firsts = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
+    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][2]
     # Before Kueue's configuration on the way in, after it on the way out.
     kueue = "kueue-mutating-webhook-configuration"
     assert c.FIRST_MUTATING_WEBHOOK_CONFIG < kueue < c.MUTATING_WEBHOOK_CONFIG
-    for hook, path, ops in ((first, c.RAY_OBJECTS_FIRST_PATH, ["CREATE", "UPDATE"]),
-                            (last, c.RAY_OBJECTS_LAST_PATH, ["CREATE"])):
+    # One first-stage entry per kind, since CEL reads each kind's templates where it keeps them.
+    assert sorted(r for hook in firsts for r in hook["rules"][0]["resources"]) == [
+        "rayclusters", "rayjobs", "rayservices"]
+    for hook, path, policy in (*((f, c.RAY_OBJECTS_FIRST_PATH, "Never") for f in firsts),
+                               (last, c.RAY_OBJECTS_LAST_PATH, "IfNeeded")):
         svc = hook["clientConfig"]["service"]
         assert (svc["name"], svc["namespace"], svc["path"], svc["port"]) == (
             "raykueue-webhook", NAMESPACE, path, port)
         (rule,) = hook["rules"]
-        assert rule["apiGroups"] == [c.RAY_API_GROUP] and rule["operations"] == ops
-        assert set(rule["resources"]) == {"rayclusters", "rayjobs", "rayservices"}
-        assert hook["reinvocationPolicy"] == "Never" and hook["failurePolicy"] == "Fail"
+        assert rule["apiGroups"] == [c.RAY_API_GROUP] and rule["operations"] == ["CREATE", "UPDATE"]
+        # The first stage runs before Kueue's; the last is reinvoked after a reinvoked Kueue.
+        assert hook["reinvocationPolicy"] == policy and hook["failurePolicy"] == "Fail"
         opt_in, scope = hook["matchConditions"]
         assert c.STANDALONE_ANNOTATION in opt_in["expression"]
-        # Scaling updates (the autoscaler's) never wait for raykueue.
+        # Updates that change nothing of ours (the autoscaler's) never wait for raykueue.
         assert "request.operation == 'CREATE'" in scope["expression"]
         assert f"'{c.QUEUE_LABEL}'" in scope["expression"]
+    assert set(last["rules"][0]["resources"]) == {"rayclusters", "rayjobs", "rayservices"}
+    rayclusters = next(f for f in firsts if f["rules"][0]["resources"] == ["rayclusters"])
+    assert f"'{c.OPTED_IN_LABEL}'" in rayclusters["matchConditions"][1]["expression"]
+
+
+def test_the_legacy_pod_webhook_never_blocks(objs: dict) -> None:
+    """Pods of clusters opted in before templates were stamped: gated while raykueue is
+    up, created as usual while it is down (docs/KUEUE.md, upgrade notes)."""
+    pods, legacy = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][:2]
+    assert legacy["failurePolicy"] == "Ignore" and legacy["timeoutSeconds"] <= 2
+    paths = {hook["clientConfig"]["service"]["path"] for hook in (pods, legacy)}
+    assert paths == {c.MUTATE_PATH}
+    assert {"key": c.OPTED_IN_LABEL, "operator": "NotIn", "values": [c.OPTED_IN_VALUE]} in \
+        legacy["objectSelector"]["matchExpressions"]
+    (owned,) = legacy["matchConditions"]
+    assert f"'{c.RAY_API_GROUP}/'" in owned["expression"]
+
+
+def test_the_stamp_is_protected_by_a_policy_bound_to_deny(objs: dict) -> None:
+    policy = objs[("ValidatingAdmissionPolicy", c.STAMP_POLICY)]["spec"]
+    binding = objs[("ValidatingAdmissionPolicyBinding", c.STAMP_POLICY)]["spec"]
+    assert binding == {"policyName": c.STAMP_POLICY, "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["rayclusters"] and rule["operations"] == ["CREATE", "UPDATE"]
+    (ns_expr,) = policy["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert ns_expr["operator"] == "NotIn" and {NAMESPACE, "kube-system"} <= set(ns_expr["values"])
+    assert any(c.FIRST_MUTATING_WEBHOOK_CONFIG in v["messageExpression"] for v in policy["validations"])
 
 
 def test_service_targets_the_pods_and_their_https_port(objs: dict) -> None:
@@ -251,11 +285,20 @@ def test_priorities_component_has_the_default_classes() -> None:
     assert head > classes[("WorkloadPriorityClass", c.DEFAULT_WORKER_PRIORITY_CLASS)]["value"]
 
 
-def test_examples_queue_an_opted_in_raycluster() -> None:
+def test_examples_queue_an_opted_in_raycluster_in_the_form_that_shows_no_drift() -> None:
     examples = by_name(build(EXAMPLES))
-    rc = examples[("RayCluster", "sample")]["metadata"]
+    cluster = examples[("RayCluster", "sample")]
+    rc = cluster["metadata"]
     assert rc["annotations"][c.STANDALONE_ANNOTATION] == "true"
-    queue = rc["labels"][c.QUEUE_LABEL]
+    # Our annotation from the start, never the label raykueue would move
+    # (tests/e2e/test_gitops.py applies this file twice).
+    assert c.QUEUE_LABEL not in rc.get("labels", {})
+    queue = rc["annotations"][c.QUEUE_ANNOTATION]
+    spec = cluster["spec"]
+    for template in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]:
+        assert template["metadata"]["labels"][c.OPTED_IN_LABEL] == c.OPTED_IN_VALUE
+    assert {"name": ALLOCATE_TIMEOUT_ENV, "value": str(Settings().autoscaler_allocate_timeout_seconds)} in \
+        spec["autoscalerOptions"]["env"]
     lq = examples[("LocalQueue", queue)]
     assert lq["metadata"]["namespace"] == rc["namespace"]
     assert ("ClusterQueue", lq["spec"]["clusterQueue"]) in examples
