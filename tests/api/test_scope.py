@@ -270,3 +270,32 @@ def test_the_stamp_is_protected_without_raykueue(hooks: Registrations, ns: str, 
     refused(lambda: api.call("PATCH", path(ns, "RayCluster", "mine"),
                              {"spec": {"workerGroupSpecs": unstamped}}, **MERGE),
             by="raykueue-stamp")
+
+
+def test_a_stamped_pod_is_refused_without_its_gate_even_with_raykueue_away(
+        hooks: Registrations, ns: str, api_stack) -> None:
+    """A webhook after ours that strips the gate, or a pod written straight to the API with
+    the stamp and no gate: the API server itself refuses it (raykueue-gated-at-creation)."""
+    api = api_stack.api
+    hooks.off()
+    hooks.down(without=(c.FIRST_MUTATING_WEBHOOK_CONFIG, c.MUTATING_WEBHOOK_CONFIG))
+    pods = f"/api/v1/namespaces/{ns}/pods"
+
+    def created(body: dict[str, Any]) -> bool:
+        try:
+            api.call("POST", pods + "?dryRun=All", body)
+        except KubeError:
+            return False
+        return True
+
+    # The API server loads policies through an informer: a moment after they are applied.
+    wait_for(lambda: not created(pod(ns, None, labels=STAMPED)), timeout=30, interval=0.2,
+             message="raykueue-gated-at-creation to be in force")
+    message = refused(lambda: api.call("POST", pods, pod(ns, None, labels=STAMPED)),
+                      by="raykueue-gated-at-creation")
+    assert "outside quota" in message
+    gated = pod(ns, None, labels=STAMPED)
+    gated["spec"]["schedulingGates"] = [{"name": c.GATE}]
+    api.call("POST", pods, gated)
+    # Not stamped: none of the policy's business, gate or no gate.
+    api.call("POST", pods, pod(ns, None))
