@@ -127,10 +127,14 @@ async def test_a_configured_cluster_that_does_not_answer_is_retried_never_admiss
             assert readyz.status_code == 503
             detail = readyz.json()["checks"]["cluster"]["detail"]
             assert f"127.0.0.1:{port}" in detail and "connecting" in detail
-            # A pod whose RayCluster may opt it in is not let through ungated.
-            owned = orjson.dumps(rv.worker_review())
-            answer = (await client.post(c.MUTATE_PATH, content=owned)).json()["response"]
+            # A pod of an opted-in cluster (stamped) is not let through ungated; one
+            # that did not opt in (no stamp) is never refused for raykueue's sake.
+            stamped = orjson.dumps(rv.set_label(rv.worker_review(), c.OPTED_IN_LABEL, c.OPTED_IN_VALUE))
+            answer = (await client.post(c.MUTATE_PATH, content=stamped)).json()["response"]
             assert answer["allowed"] is False and "patch" not in answer
+            other = orjson.dumps(rv.worker_review())
+            answer = (await client.post(c.MUTATE_PATH, content=other)).json()["response"]
+            assert answer["allowed"] is True and "patch" not in answer
 
             server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Version)
             threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()

@@ -17,14 +17,17 @@ from raykueue.core import contract
 
 
 def test_webhook_configurations_follow_the_contract():
-    first, mutating, validating, policy, binding = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
+    configs = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
+    first, mutating, validating = configs[:3]
     assert [(c_["kind"].lower() + "s", c_["metadata"]["name"]) for c_ in (first, mutating, validating)] == \
         list(contract.WEBHOOK_CONFIGS)
-    for config in (first, mutating, validating, policy, binding):
+    for config in configs:
         assert config["metadata"] == {"name": config["metadata"]["name"]}
-    assert policy["kind"] == "ValidatingAdmissionPolicy"
-    assert policy["metadata"]["name"] == contract.STAMP_POLICY
-    assert binding["spec"]["policyName"] == contract.STAMP_POLICY
+    # The admission policies go as they ship, each with its Deny binding.
+    policies = {p["metadata"]["name"] for p in configs if p["kind"] == "ValidatingAdmissionPolicy"}
+    bound = {b["spec"]["policyName"] for b in configs if b["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert contract.STAMP_POLICY in policies and policies == bound
+    assert len(configs) == 3 + 2 * len(policies)
     (m, legacy, last), (v,) = mutating["webhooks"], validating["webhooks"]
     assert m["clientConfig"] == {"url": "https://127.0.0.1:9443" + contract.MUTATE_PATH,
                                  "caBundle": base64.b64encode(b"PEM").decode()}
