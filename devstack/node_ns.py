@@ -63,19 +63,30 @@ def unshare(flags: int) -> None:
         raise OSError(err, f"unshare: {os.strerror(err)}")
 
 
-def cgroup_hierarchies() -> list[Path]:
-    """The mounted v1 hierarchies (cpu, memory, ..., name=systemd), not the unified one."""
+def cgroup_hierarchies(unified: bool = False) -> list[Path]:
+    """The mounted v1 hierarchies (cpu, memory, ..., name=systemd); with `unified`,
+    also the v2 mount of a hybrid machine (/sys/fs/cgroup/unified), where runc
+    makes the pods' cgroups too."""
+    types = ("cgroup", "cgroup2") if unified else ("cgroup",)
     found = []
     for line in Path("/proc/self/mounts").read_text().splitlines():
         _, mnt, fstype, *_ = line.split()
-        if fstype == "cgroup" and mnt.startswith(str(CGROUP_V1) + "/"):
+        if fstype in types and mnt.startswith(str(CGROUP_V1) + "/"):
             found.append(Path(mnt))
     return found
 
 
+def own_cgroup(hierarchy: Path, name: str) -> Path:
+    """The node's cgroup root in `hierarchy`; never a hierarchy's own root, which
+    holds every process of the machine."""
+    if not name.startswith("/raykueue-node-") or "/" in name.strip("/"):
+        raise ValueError(f"cgroup root {name!r} is not a /raykueue-node-* of devstack's")
+    return hierarchy / name.strip("/")
+
+
 def make_cgroup_root(name: str) -> None:
     for hierarchy in cgroup_hierarchies():
-        path = hierarchy / name.strip("/")
+        path = own_cgroup(hierarchy, name)
         path.mkdir(exist_ok=True)
         # A new cpuset has no CPUs and no memory nodes: give it its parent's.
         for knob in ("cpuset.cpus", "cpuset.mems"):
@@ -87,8 +98,8 @@ def make_cgroup_root(name: str) -> None:
 def remove_cgroup_root(name: str) -> list[str]:
     """rmdir the tree bottom-up; returns what could not go (a process still in it)."""
     left = []
-    for hierarchy in cgroup_hierarchies():
-        root = hierarchy / name.strip("/")
+    for hierarchy in cgroup_hierarchies(unified=True):
+        root = own_cgroup(hierarchy, name)
         if not root.is_dir():
             continue
         for dirpath, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
@@ -99,32 +110,56 @@ def remove_cgroup_root(name: str) -> list[str]:
     return left
 
 
-def namespace_members() -> list[int]:
-    """Pids of the other processes in this mount namespace: what the node still runs
-    (containerd's shims and the pods' processes outlive containerd and the kubelet)."""
-    own = os.readlink("/proc/self/ns/mnt")
+def namespace_members(own_mnt: str, host_mnt: str) -> list[int]:
+    """Pids of the other processes in the node's mount namespace `own_mnt`: what the
+    node still runs (containerd's shims outlive containerd and the kubelet).
+
+    Refuses unless `own_mnt` is a namespace of its own, not the machine's
+    `host_mnt`: there, "every process in this mount namespace" is every process
+    on the machine.
+    """
+    if own_mnt == host_mnt or os.readlink("/proc/self/ns/mnt") != own_mnt:
+        raise RuntimeError(f"not inside the node's own mount namespace ({own_mnt}, "
+                           f"machine's {host_mnt}): refusing to list its processes")
     me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
         try:
-            if os.readlink(f"/proc/{entry}/ns/mnt") == own:
+            if os.readlink(f"/proc/{entry}/ns/mnt") == own_mnt:
                 found.append(int(entry))
         except OSError:
             continue  # gone meanwhile
     return found
 
 
-def stop_members(timeout: float = 10.0) -> list[int]:
+def cgroup_members(name: str) -> list[int]:
+    """Pids in the kubelet's cgroup tree: the pods' processes, which run in mount
+    namespaces of their own (so `namespace_members` does not see them)."""
+    found: set[int] = set()
+    for hierarchy in cgroup_hierarchies(unified=True):
+        for dirpath, _, files in os.walk(own_cgroup(hierarchy, name)):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError):
+                    found.update(int(p) for p in Path(dirpath, "cgroup.procs").read_text().split())
+    return sorted(found)
+
+
+def node_processes(own_mnt: str, host_mnt: str, cgroup_root: str) -> list[int]:
+    return sorted(set(namespace_members(own_mnt, host_mnt)) | set(cgroup_members(cgroup_root)))
+
+
+def stop_members(own_mnt: str, host_mnt: str, cgroup_root: str,
+                 timeout: float = 10.0) -> list[int]:
     """SIGKILL every other process of the node (each by its pid) until none is left."""
     deadline = time.monotonic() + timeout
-    while (left := namespace_members()) and time.monotonic() < deadline:
+    while (left := node_processes(own_mnt, host_mnt, cgroup_root)) and time.monotonic() < deadline:
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)  # a killed process leaves the namespace as it exits
-    return namespace_members()
+    return node_processes(own_mnt, host_mnt, cgroup_root)
 
 
 def show_tunables(state_dir: Path) -> None:
@@ -140,10 +175,15 @@ def show_tunables(state_dir: Path) -> None:
         run("mount", "--bind", "-o", "ro", str(fake), str(real))
 
 
-def setup(spec: dict) -> None:
+def setup(spec: dict) -> tuple[str, str]:
+    """Make the namespaces; returns (the node's mount namespace, the machine's)."""
     pid = os.getpid()
+    host_mnt = os.readlink("/proc/self/ns/mnt")
     host_ns_fd = os.open("/proc/self/ns/net", os.O_RDONLY)
     unshare(CLONE_NEWNS | CLONE_NEWNET)
+    own_mnt = os.readlink("/proc/self/ns/mnt")
+    if own_mnt == host_mnt:
+        raise RuntimeError("unshare left this process in the machine's mount namespace")
     host_ns = f"/proc/{pid}/fd/{host_ns_fd}"
     in_host = ("nsenter", f"--net={host_ns}")
 
@@ -168,6 +208,7 @@ def setup(spec: dict) -> None:
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
     os.close(host_ns_fd)
     make_cgroup_root(spec["cgroup_root"])
+    return own_mnt, host_mnt
 
 
 def main(argv: list[str]) -> int:
@@ -181,7 +222,7 @@ def main(argv: list[str]) -> int:
     # Held until sigwait below takes one: a SIGTERM during setup is not lost.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
-        setup(spec)
+        own_mnt, host_mnt = setup(spec)
     except (OSError, RuntimeError) as e:
         print(f"node_ns: {e}", file=sys.stderr, flush=True)
         return 1
@@ -191,7 +232,7 @@ def main(argv: list[str]) -> int:
           flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     ready.unlink(missing_ok=True)
-    survivors = stop_members()
+    survivors = stop_members(own_mnt, host_mnt, spec["cgroup_root"])
     if survivors:
         print(f"node_ns: still running in the node: {survivors}", file=sys.stderr, flush=True)
     left = remove_cgroup_root(spec["cgroup_root"])
