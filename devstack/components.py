@@ -109,6 +109,9 @@ def _apiserver_args(stack: Stack, ports: Ports) -> list[str]:
         # both Kueue modes so that the API server never depends on the mode.
         *kueue_shipped.apiserver_aggregation_flags(*kueue_shipped.ensure_aggregation_pki(d)),
         "--endpoint-reconciler-type=none",
+        # `kubectl logs` and exec reach the real node's kubelet by its address: no
+        # DNS here knows its name (kwok's nodes serve neither).
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--profiling=false",
         "--v=1",
     ]
