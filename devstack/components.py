@@ -105,6 +105,10 @@ def _apiserver_args(stack: Stack, ports: Ports) -> list[str]:
         # It taints every new Node not-ready until node-lifecycle-controller clears it;
         # that controller would also evict pods when kwok's heartbeat is late.
         "--disable-admission-plugins=TaintNodesByCondition",
+        # A namespace's annotations may pin its pods to nodes and give them
+        # tolerations (no-ops without them): how the node tier keeps raykueue's
+        # Helm install on the real node, the chart having no such values.
+        "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
         # The aggregation layer (Kueue's visibility API when shipped); the same in
         # both Kueue modes so that the API server never depends on the mode.
         *kueue_shipped.apiserver_aggregation_flags(*kueue_shipped.ensure_aggregation_pki(d)),
