@@ -78,6 +78,14 @@ if (( ! ${#todo[@]} )); then
 fi
 
 command -v go >/dev/null || { echo "node/build.sh: go is not on PATH (needs Go >= 1.26)" >&2; exit 1; }
+# The kubelet must be the release the control plane runs: same version, same
+# staging replaces (../gen-replaces.sh writes those of ../go.mod; copy them here).
+if [[ "$(go list -m -f '{{.Version}}' k8s.io/kubernetes)" != "$KUBERNETES_VERSION" ]] \
+   || ! diff <(grep '^replace k8s.io/' ../go.mod) <(grep '^replace k8s.io/' go.mod) >/dev/null; then
+  echo "node/build.sh: go.mod is not at k8s.io/kubernetes $KUBERNETES_VERSION with ../go.mod's" \
+       "staging replaces; copy them (grep '^replace k8s.io/' ../go.mod) and go mod tidy" >&2
+  exit 1
+fi
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -mod=readonly -buildvcs=false"
 jobs="${RAYKUEUE_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
