@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,6 +115,34 @@ def test_an_opted_in_raycluster_is_admitted_pod_by_pod_through_the_service(
     print(f"\n[node] RayCluster admitted pod by pod: "
           f"{json.dumps({k: len(v) for k, v in state(admin, ns, 'as-shipped')['owned'].items()})}",
           file=sys.stderr)
+
+
+def lease_holder(stack: devstack.Stack, ns: str) -> str:
+    lease = stack.api.get_or_none(
+        f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/raykueue-controller") or {}
+    return lease.get("spec", {}).get("holderIdentity") or ""
+
+
+def test_the_other_replica_takes_over_when_the_leader_pod_is_deleted(
+        node_stack, installed, admin, queue) -> None:  # noqa: F811
+    ns = installed.namespace
+    leader = wait_for(lambda: lease_holder(node_stack, ns), timeout=60,
+                      message="a Lease holder").split("_", 1)[0]
+    t0 = time.monotonic()
+    # As `kubectl delete pod` does: graceful, through preStop's 5 s sleep.
+    node_stack.api.delete(f"/api/v1/namespaces/{ns}/pods/{leader}")
+    new = wait_for(lambda: (h := lease_holder(node_stack, ns)) and not h.startswith(leader + "_")
+                   and h, timeout=90, message="another replica to take the Lease")
+    took = time.monotonic() - t0
+    print(f"\n[node] leader pod {leader} deleted: {new.split('_', 1)[0]} holds the Lease "
+          f"{took:.1f}s later", file=sys.stderr)
+    # The new leader's controller works: a cluster made now is admitted pod by pod,
+    # and no pod is left gated without a Workload.
+    cluster_ns = queue("8", "16Gi")
+    admin.create(RAYCLUSTERS.path(cluster_ns), raycluster("after-takeover", 1))
+    wait_for(settled(admin, cluster_ns, "after-takeover", 1, 0), timeout=180,
+             message=describe(admin, cluster_ns, "after-takeover"))
+    inst.wait_rolled_out(node_stack, ns)  # the Deployment made a new second replica
 
 
 def test_uninstall_leaves_no_webhook_and_no_rbac(node_stack, installed) -> None:
