@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,8 +34,54 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
 )
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 from tests.waiting import wait_for
+from webhooks import contract as c
 
 from . import install as inst
+
+# An opted-in Ray worker pod, created with dryRun=All: the API server calls every
+# webhook (sideEffects None) and stores nothing.
+PROBE = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"generateName": "rolling-probe-",
+                 "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.QUEUE_LABEL: "probe"},
+                 "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+    "spec": {"containers": [{"name": "probe", "image": "busybox"}]},
+}
+
+
+class Creates:
+    """Pod creates at a steady rate in a thread, until stopped (or `limit` seconds)."""
+
+    def __init__(self, stack: devstack.Stack, interval: float = 0.1, limit: float = 300) -> None:
+        self.stack, self.interval, self.limit = stack, interval, limit
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.limit
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                status, body = self.stack.api.request(
+                    "POST", "/api/v1/namespaces/default/pods", PROBE, query={"dryRun": "All"},
+                    timeout=15)
+                gated = status == 201 and c.GATE in body.decode()
+                if gated:
+                    self.ok += 1
+                else:
+                    self.failures.append(f"{status}: {body.decode()[:300]}")
+            except OSError as e:
+                self.failures.append(f"{type(e).__name__}: {e}")
+            self._stop.wait(self.interval)  # the rate, not a wait for a condition
+
+    def __enter__(self) -> Creates:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +190,49 @@ def test_the_other_replica_takes_over_when_the_leader_pod_is_deleted(
     wait_for(settled(admin, cluster_ns, "after-takeover", 1, 0), timeout=180,
              message=describe(admin, cluster_ns, "after-takeover"))
     inst.wait_rolled_out(node_stack, ns)  # the Deployment made a new second replica
+
+
+def test_a_rolling_update_under_steady_pod_creates_drops_none(node_stack, installed) -> None:
+    ns = installed.namespace
+    errors_before = inst.webhook_errors(node_stack)
+    before = {p["metadata"]["name"] for p in inst.deployment_pods(node_stack, ns)}
+    t0 = time.monotonic()
+    with Creates(node_stack) as creates:
+        wait_for(lambda: creates.ok >= 10, timeout=60, message="creates under way")
+        # A changed env var: a new ReplicaSet, one surge pod at a time (maxUnavailable 0).
+        inst.kubectl(node_stack, "-n", ns, "set", "env", "deploy/raykueue",
+                     "RAYKUEUE_LOG_LEVEL=info")
+        inst.wait_rolled_out(node_stack, ns, timeout=240)
+        after = {p["metadata"]["name"] for p in inst.deployment_pods(node_stack, ns)
+                 if not p["metadata"].get("deletionTimestamp")}  # old ones may be in preStop
+        assert not before & after, "every replica was replaced"
+        # Some more once the old replicas are gone (their connections with them).
+        target = creates.ok + 20
+        wait_for(lambda: creates.ok >= target, timeout=60, message="creates after the update")
+    print(f"\n[node] rolling update in {time.monotonic() - t0:.1f}s under {creates.ok} creates: "
+          f"{len(creates.failures)} failed", file=sys.stderr)
+    assert creates.failures == []
+    assert inst.webhook_errors(node_stack) == errors_before
+
+
+def test_the_disruption_budget_holds_a_drain_of_the_real_node(node_stack, installed) -> None:
+    ns = installed.namespace
+    drain = node_stack.kubectl("drain", node.NODE_NAME, "--ignore-daemonsets",
+                               "--delete-emptydir-data", "--timeout=40s", timeout=120)
+    try:
+        # One replica may go; the other is held by minAvailable: 1, for its
+        # replacement has nowhere to run (the only real node is cordoned).
+        assert drain.returncode != 0, drain.stdout
+        assert "disruption budget" in drain.stderr + drain.stdout
+        ready = [p for p in inst.deployment_pods(node_stack, ns)
+                 if inst.ready(p) and not p["metadata"].get("deletionTimestamp")]
+        assert len(ready) == 1
+        status, body = node_stack.api.request("POST", "/api/v1/namespaces/default/pods", PROBE,
+                                              query={"dryRun": "All"})
+        assert status == 201 and c.GATE in body.decode()  # still admitting
+    finally:
+        inst.kubectl(node_stack, "uncordon", node.NODE_NAME)
+    inst.wait_rolled_out(node_stack, ns)
 
 
 def test_uninstall_leaves_no_webhook_and_no_rbac(node_stack, installed) -> None:
