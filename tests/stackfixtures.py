@@ -2,6 +2,8 @@
 
     api_stack        etcd + kube-apiserver + controller-manager + CRDs (started or reused)
     e2e_stack        the same stack upgraded with scheduler, kwok, Kueue and KubeRay
+    node_stack       the e2e stack plus a real kubelet node (devstack/node.py) whose
+                     containerd holds raykueue's image (scripts/build-image)
     shipped_stack    an e2e stack running Kueue as shipped: the session's own stack when
                      it runs that mode (--kueue=shipped, RAYKUEUE_KUEUE), else a second
                      stack in <stack dir>-shipped
@@ -63,8 +65,8 @@ class StackOwner:
         self.started = self.started or started
         self.stack = stack
         self.tiers.add(tier)
-        if tier == "e2e":
-            self.tiers.add("api")
+        # A tier includes the ones before it (devstack.config.TIERS).
+        self.tiers.update(devstack.TIERS[:devstack.TIERS.index(tier)])
         print(f"\n[devstack] {tier} stack {'started' if started else 'reused'} in "
               f"{time.monotonic() - t0:.1f}s at {stack.dir}", file=sys.stderr)
         return stack
@@ -111,6 +113,11 @@ def api_stack(stack_owner: StackOwner) -> devstack.Stack:
 @pytest.fixture(scope="session")
 def e2e_stack(stack_owner: StackOwner) -> devstack.Stack:
     return stack_owner.ensure("e2e")
+
+
+@pytest.fixture(scope="session")
+def node_stack(stack_owner: StackOwner) -> devstack.Stack:
+    return stack_owner.ensure("node")
 
 
 @pytest.fixture(scope="session")
