@@ -27,7 +27,7 @@ import yaml
 
 import devstack
 from devstack import node
-from tests.waiting import wait_for
+from testkit.waiting import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOLERATION = {"key": node.NODE_TAINT["key"], "operator": "Equal",

@@ -14,6 +14,7 @@ import pytest
 
 import devstack
 from devstack import node
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
@@ -23,7 +24,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     settled,
 )
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
 
 from . import install as inst
 
@@ -52,9 +52,6 @@ def test_both_replicas_ready_on_the_real_node(node_stack, installed) -> None:
     assert lease.split("_", 1)[0] in {p["metadata"]["name"] for p in pods}
 
 
-@pytest.mark.xfail(reason="known product bug, fixed elsewhere: the chart does not set the "
-                          "controller identity, so outside raykueue-system the webhook denies "
-                          "the in-cluster controller's gate lifts", strict=False)
 def test_an_opted_in_raycluster_is_admitted_pod_by_pod(
         node_stack, installed, admin, queue) -> None:  # noqa: F811
     errors_before = inst.webhook_errors(node_stack)

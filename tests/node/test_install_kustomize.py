@@ -23,6 +23,8 @@ import pytest
 
 import devstack
 from devstack import node
+from raykueue.core import contract as c
+from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
@@ -33,8 +35,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     state,
 )
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.waiting import wait_for
-from webhooks import contract as c
 
 from . import install as inst
 
