@@ -66,7 +66,8 @@ def test_base_is_accepted(kubectl, new_namespace) -> None:
     assert hook["reinvocationPolicy"] == "IfNeeded" and hook["matchPolicy"] == "Equivalent"
     # The server compiled and kept the CEL conditions.
     assert [m["name"] for m in hook["matchConditions"]] == ["stamped-or-bare-opt-in"]
-    policy = next(o for o in applied if o["kind"] == "ValidatingAdmissionPolicy")
+    policy = next(o for o in applied if o["kind"] == "ValidatingAdmissionPolicy"
+                  and o["metadata"]["name"] == c.STAMP_POLICY)
     assert [v["name"] for v in policy["spec"]["variables"]] == ["optedIn", "stamps", "wasStamped"]
     deployment = next(o for o in applied if o["kind"] == "Deployment")
     (ctr,) = deployment["spec"]["template"]["spec"]["containers"]
