@@ -16,14 +16,12 @@ from __future__ import annotations
 import contextlib
 import copy
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 import devstack
 from devstack.kubeapi import KubeError
 from raykueue.core import contract as c
 from testkit import reviews as rv
+from testkit.accounts import service_account_token, token_kubeconfig
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
 from tests.api.test_chart_api import template
@@ -36,26 +34,6 @@ KEPT_FROM_THE_DEPLOYMENT = ("RAYKUEUE_POD_NAMESPACE", "RAYKUEUE_SERVICE_ACCOUNT"
                             "RAYKUEUE_KUEUE_CONFIG_MAP")
 CLUSTER_SCOPED = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
-
-
-def token(api: Any, ns: str, account: str) -> str:
-    review = api.call("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token",
-                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                       "spec": {"expirationSeconds": 3600}})
-    return review["status"]["token"]
-
-
-def kubeconfig_for(stack: devstack.Stack, bearer: str, path: Path) -> Path:
-    admin = yaml.safe_load(stack.kubeconfig.read_text())
-    ctx = next(x["context"] for x in admin["contexts"] if x["name"] == admin["current-context"])
-    cluster = next(x["cluster"] for x in admin["clusters"] if x["name"] == ctx["cluster"])
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "stack", "cluster": cluster}],
-        "users": [{"name": "sa", "user": {"token": bearer}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "stack", "user": "sa"}}]}))
-    path.chmod(0o600)
-    return path
 
 
 def test_helm_in_another_namespace_lifts_the_gate(
@@ -85,7 +63,8 @@ def test_helm_in_another_namespace_lifts_the_gate(
 
         env = kubelet_env(docs[("Deployment", "raykueue")])
         assert env["RAYKUEUE_POD_NAMESPACE"] == ns
-        kubeconfig = kubeconfig_for(api_stack, token(api, ns, "raykueue"), tmp_path / "sa.kubeconfig")
+        kubeconfig = token_kubeconfig(api_stack, service_account_token(api, ns, "raykueue"),
+                                      tmp_path / "sa.kubeconfig")
         server = RaykueueServer(api_stack, tmp_path, args=["--kubeconfig", str(kubeconfig)], env={
             "KUBECONFIG": str(kubeconfig),
             **{k: env[k] for k in KEPT_FROM_THE_DEPLOYMENT if k in env}})

@@ -27,6 +27,7 @@ import devstack
 from devstack.kubeapi import KubeError
 from raykueue.core import contract as c
 from testkit import reviews as rv
+from testkit.accounts import service_account_token, token_kubeconfig
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
 
@@ -221,27 +222,6 @@ def test_with_raykueue_down_only_opted_in_ray_pods_wait(installed: devstack.Stac
     assert rv.gates(api.get(gated)) == [c.GATE]
 
 
-def _token(api, seconds: int = 3600) -> str:
-    review = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token",
-                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                       "spec": {"expirationSeconds": seconds}})
-    return review["status"]["token"]
-
-
-def _service_account_kubeconfig(stack: devstack.Stack, token: str, path: Path) -> Path:
-    admin = yaml.safe_load(stack.kubeconfig.read_text())
-    ctx = next(x["context"] for x in admin["contexts"] if x["name"] == admin["current-context"])
-    cluster = next(x["cluster"] for x in admin["clusters"] if x["name"] == ctx["cluster"])
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "raykueue",
-        "clusters": [{"name": "stack", "cluster": cluster}],
-        "users": [{"name": "raykueue", "user": {"token": token}}],
-        "contexts": [{"name": "raykueue", "context": {"cluster": "stack", "user": "raykueue"}}],
-    }))
-    path.chmod(0o600)
-    return path
-
-
 def _admit(api, wl: dict[str, Any], flavor: str) -> None:
     """Kueue's part, as testkit/standins.py plays it."""
     meta = wl["metadata"]
@@ -267,7 +247,8 @@ def test_installed_rbac_is_enough_to_run(installed: devstack.Stack, new_namespac
     shipped configurations, the shared certificate Secret, leader election,
     a Workload per pod and the gate lifted on admission, with no 403."""
     api = installed.api
-    kubeconfig = _service_account_kubeconfig(installed, _token(api), tmp_path / "sa.kubeconfig")
+    kubeconfig = token_kubeconfig(installed, service_account_token(api, NAMESPACE, SERVICE_ACCOUNT),
+                                  tmp_path / "sa.kubeconfig")
     server = RaykueueServer(installed, tmp_path, register=False, args=["--kubeconfig", str(kubeconfig)],
                             env={"KUBECONFIG": str(kubeconfig),
                                  "RAYKUEUE_POD_NAMESPACE": NAMESPACE,
