@@ -126,6 +126,10 @@ FINISHED_DUPLICATE: Final = "Duplicate"
 GANG_MOVED_IN: Final = "MovedIntoGang"
 # A gang's base deleted to be made again: its head went, or Kueue evicted it.
 GANG_REQUEUED: Final = "GangRequeued"
+# A pending base deleted to be made again with the counts minReplicas now asks for.
+GANG_REMADE: Final = "GangMinReplicasChanged"
+# A gang pod past the gate that no admitted Workload covers: evicted (KubeRay recreates it gated).
+GANG_UNCOVERED: Final = "GangPodNotCovered"
 
 WARN_PRIORITY_CLASS: Final = "PriorityClassNotFound"
 WARN_NO_QUEUE: Final = "NoQueue"
