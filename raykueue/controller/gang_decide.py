@@ -124,28 +124,32 @@ def _priority(pod: Obj, ctx: GangContext) -> w.Priority | Warn | None:
     return w.Priority(class_name, value)
 
 
-def _requeue(base: Obj, base_pods: Sequence[Obj], reason: str, message: str) -> list[Step]:
-    """The base goes whole: its pods are evicted (KubeRay recreates them gated)."""
+def _requeue(base: Obj, live: Sequence[Obj], reason: str, message: str) -> list[Step]:
+    """The gang goes back to its start: every pod is evicted (KubeRay recreates them
+    gated) and the base deleted. The extras too: a Ray worker serves nothing without
+    its head, and Kueue, preempting the base, may leave an extra it took first admitted
+    (it adds back what the preemptor does not need)."""
     steps: list[Step] = [(p.name(x), EvictPod(p.name(base), reason, message,
                                               role_of(x) == c.ROLE_HEAD))
-                         for x in base_pods if not p.is_deleting(x)]
+                         for x in live if not p.is_deleting(x)]
     if not w.is_deleting(base):
         steps.append((None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED, message)))
     return steps
 
 
-def _refuse(base: Obj, head: Obj, base_pods: Sequence[Obj], why: str) -> list[Step]:
+def _refuse(base: Obj, head: Obj, live: Sequence[Obj], in_base: Sequence[Obj],
+            why: str) -> list[Step]:
     """A base that is not the one raykueue makes: reported, and deleted to be made again.
 
-    Pods released under it, if any, go with it (their quota was never what they ask).
+    If pods were released under it, the gang is requeued whole (their quota was never
+    what they ask).
     """
     message = (f"Workload {p.name(base)} stands as gang {labels(head).get(c.GANG_LABEL)}'s base "
                f"but is not the one raykueue makes ({why}); it is deleted and made again")
     steps: list[Step] = [(p.name(head), ReportConflict(CONFLICT_FORGED_WORKLOAD, message,
                                                         workload=p.name(base)))]
-    released = [x for x in base_pods if not p.is_gated(x)]
-    if released:
-        return steps + _requeue(base, released, CONFLICT_FORGED_WORKLOAD, message)
+    if any(not p.is_gated(x) for x in in_base):
+        return steps + _requeue(base, live, CONFLICT_FORGED_WORKLOAD, message)
     return [*steps, (None, DeleteWorkload(p.name(base), p.uid(base), CONFLICT_FORGED_WORKLOAD, message))]
 
 
@@ -171,20 +175,20 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
     if base is not None and heads:
         why = gb.mismatch(base, heads[0], [x for x in in_base if not p.is_gated(x)])
         if why is not None:
-            return _refuse(base, heads[0], in_base, why), g.Plan(waiting=why)
+            return _refuse(base, heads[0], live, in_base, why), g.Plan(waiting=why)
     state = gb.base_state(base)
     plan = g.plan(members(pods, own, base, ctx.released), mins, state,
                   _unseen(pods, ctx.released))
 
     if base is not None and w.is_evicted(base):
         cond = w.condition(base, w.EVICTED) or {}
-        return _requeue(base, in_base, str(cond.get("reason") or FINISHED_EVICTED),
+        return _requeue(base, live, str(cond.get("reason") or FINISHED_EVICTED),
                         str(cond.get("message") or "evicted by Kueue")), plan
     if plan.requeue and base is not None and ctx.cluster_gone:
         return [(None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED,
                                       "the RayCluster is gone: its pods go with it"))], plan
     if plan.requeue and base is not None:
-        return _requeue(base, in_base, GANG_REQUEUED, "the gang's head is gone"), plan
+        return _requeue(base, live, GANG_REQUEUED, "the gang's head is gone"), plan
 
     steps = _evict_uncovered([by_uid[u] for u in plan.uncovered], base)
     if plan.create_base:

@@ -76,8 +76,8 @@ def _delete_in_order(order: tuple[str, ...]) -> None:
         got = plan(list(members.values()), MINS, base)
         assert got.uncovered == () and got.move_out == ()
         if got.requeue:
-            # The base goes whole: its pods are evicted, the extras keep their own Workloads.
-            members = {uid: m for uid, m in members.items() if m.own_workload}
+            # The gang goes whole, extras too (gang_decide evicts every pod).
+            members = {}
             base = Base()
         else:
             _apply(members, got)

@@ -268,3 +268,13 @@ def test_min_changed_while_the_base_is_pending_makes_it_again_with_the_new_count
     (create,) = [x for _, x in steps if isinstance(x, a.CreateWorkload)]
     assert [(ps["name"], ps["count"]) for ps in create.body["spec"]["podSets"]] == [
         ("head", 1), (GROUP, 3)]
+
+
+def test_a_preempted_base_takes_its_extras_along() -> None:
+    """Kueue adds back what its preemptor does not need: taking the base, it may leave an
+    extra it took first admitted. The extra goes with its base all the same."""
+    pods = cluster(3, gated=False, phase="Running", ready=True)
+    own = {pods[3]["metadata"]["uid"]: o.workload(pods[3], "admitted")}
+    steps, _ = gd.decide_gang(pods, own, base_for(pods, "evicted"), CTX)
+    assert kinds(steps) == [(x["metadata"]["name"], "EvictPod") for x in pods] + [
+        (None, "DeleteWorkload")]
