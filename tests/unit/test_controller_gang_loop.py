@@ -13,7 +13,7 @@ from raykueue.controller import actions as a
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
-from tests.unit import controller_objects as o
+from testkit import controller_objects as o
 from tests.unit.controller_world import World
 from tests.unit.test_controller_loop import NS, controller, counter, drain, run_pod, seed
 
