@@ -139,3 +139,6 @@ WARN_LABEL_REMOVED: Final = "ManagedByLabelRemoved"
 # Eviction reason (event, metric) of a pod that ran past our gate and lost its
 # Workload (deleted by hand): Kueue no longer counted it.
 EVICTED_WORKLOAD_DELETED: Final = "WorkloadDeleted"
+# Evictions raykueue decides itself (every other reason is Kueue's).
+OWN_EVICTIONS: Final = frozenset({GANG_REQUEUED, GANG_UNCOVERED, CONFLICT_FORGED_WORKLOAD,
+                                  EVICTED_WORKLOAD_DELETED})

@@ -209,14 +209,26 @@ def foreign_heads(heads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Head pods without raykueue's label: ours are in the pod cache already."""
     return [x for x in heads if labels(x).get(c.MANAGED_BY_LABEL) != c.MANAGED_BY_VALUE]
 def slim_raycluster(obj: dict[str, Any]) -> dict[str, Any]:
-    """Cache transform: of a RayCluster, its metadata and each worker group's name and
-    minimum, all a gang's base is made of (docs/GANG.md)."""
+    """Cache transform: of a RayCluster, its metadata and each worker group's name,
+    minimum and the workers it is told to delete: what a gang's base follows."""
     out = _kind_and_meta(obj)
     groups = (obj.get("spec") or {}).get("workerGroupSpecs")
     if isinstance(groups, list):
-        out["spec"] = {"workerGroupSpecs": [_pick(x, ("groupName", "minReplicas", "numOfHosts"))
-                                            for x in groups if isinstance(x, dict)]}
+        out["spec"] = {"workerGroupSpecs": [
+            {**_pick(x, ("groupName", "minReplicas", "numOfHosts")),
+             "scaleStrategy": _pick(x.get("scaleStrategy"), ("workersToDelete",))}
+            for x in groups if isinstance(x, dict)]}
     return out
+
+
+def workers_to_delete(raycluster: dict[str, Any]) -> frozenset[str]:
+    """Pods the RayCluster tells KubeRay to delete next (the autoscaler's victims)."""
+    out: set[str] = set()
+    for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
+        strategy = group.get("scaleStrategy") if isinstance(group, dict) else None
+        names = strategy.get("workersToDelete") if isinstance(strategy, dict) else None
+        out.update(str(x) for x in names or [])
+    return frozenset(out)
 
 
 def min_replicas(raycluster: dict[str, Any]) -> dict[str, int]:

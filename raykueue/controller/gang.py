@@ -53,6 +53,7 @@ class Member:
     released: bool = False  # past the gate: seen ungated, or lifted by us
     own_admitted: bool = False  # its own Workload is admitted, so it covers the pod
     fits: bool = True  # it requests what the base's podSet for its group requests
+    going: bool = False  # KubeRay is told to delete it (workersToDelete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,18 +177,20 @@ class _Admitted:
         standing = leaning[:max(held, 0)]
         placed = [m for m in standing if not m.own_workload]
         moving = [m for m in standing if m.own_workload]
-        # More placed than the (lowered) minimum: the newest move out. Pods the
+        # More placed than the (lowered) minimum: the newest move out. A pod KubeRay
+        # is told to delete stands in its slot until it goes, but is never planned
+        # on: the minimum and the victims usually change in one write. Pods the
         # snapshot lacks only ever hold a release back, never push one out.
-        self.move_out += _uids(placed[target:])
+        self.move_out += _uids([m for m in placed if not m.going][target:])
         vacancies = max(target - len(placed) - unseen, 0)
         gated = _oldest([m for m in members if not m.released and not m.own_workload])
-        released = [m for m in gated if m.fits][:vacancies]
+        released = [m for m in gated if m.fits and not m.going][:vacancies]
         self.release += _uids(released)
-        self.extras += [m.uid for m in gated if m not in released]
+        self.extras += [m.uid for m in gated if m not in released and not m.going]
         vacancies -= len(released)
         gone = {m.uid for m in over}
         have_own = _oldest([m for m in members if m.own_workload and m.uid not in gone])
-        movers = [m for m in have_own if m.fits][:vacancies]
+        movers = [m for m in have_own if m.fits and not m.going][:vacancies]
         self.move_in += _uids(movers)
         self.release += [m.uid for m in movers if not m.released]
         self.extras += [m.uid for m in have_own if m not in movers]

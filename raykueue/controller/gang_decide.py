@@ -79,6 +79,8 @@ class GangContext:
     # uid -> group of pods this controller released under the base and has not
     # seen go: they hold their slots even where a snapshot is behind them.
     released: Mapping[str, str] = field(default_factory=dict)
+    # Pods the RayCluster tells KubeRay to delete next: going, so no slot is planned on them.
+    victims: frozenset[str] = frozenset()
 
 
 def _leaving(wl: Obj | None) -> bool:
@@ -87,7 +89,8 @@ def _leaving(wl: Obj | None) -> bool:
 
 
 def members(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
-            released: Mapping[str, str] | None = None) -> list[g.Member]:
+            released: Mapping[str, str] | None = None,
+            victims: frozenset[str] = frozenset()) -> list[g.Member]:
     """Live pods (not being deleted, not ended, not leaving) as the rule sees them."""
     released = released or {}
     out: list[g.Member] = []
@@ -100,7 +103,7 @@ def members(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
             uid, gb.group_of(x), str(metadata(x).get("creationTimestamp") or ""),
             own_workload=wl is not None, released=not p.is_gated(x) or uid in released,
             own_admitted=wl is not None and w.is_admitted(wl),
-            fits=base is None or gb.fits(x, base)))
+            fits=base is None or gb.fits(x, base), going=p.name(x) in victims))
     return out
 
 
@@ -177,7 +180,7 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
         if why is not None:
             return _refuse(base, heads[0], live, in_base, why), g.Plan(waiting=why)
     state = gb.base_state(base)
-    plan = g.plan(members(pods, own, base, ctx.released), mins, state,
+    plan = g.plan(members(pods, own, base, ctx.released, ctx.victims), mins, state,
                   _unseen(pods, ctx.released))
 
     if base is not None and w.is_evicted(base):

@@ -216,11 +216,12 @@ def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     pod = at.the_pod()
     ns, name = at.key
     role = role_of(pod) or "unknown"
+    by = "raykueue" if action.reason in a.OWN_EVICTIONS else "Kueue"
     if action.head:
-        log.warning("%s/%s: Ray cluster %s taken down: its head was evicted by Kueue "
-                    "(%s: %s)", ns, name, p.cluster(pod) or "?", action.reason, action.message)
+        log.warning("%s/%s: Ray cluster %s taken down: its head was evicted by %s "
+                    "(%s: %s)", ns, name, p.cluster(pod) or "?", by, action.reason, action.message)
     else:
-        log.info("%s/%s: evicted (%s: %s); deleting the pod", ns, name,
+        log.info("%s/%s: evicted by %s (%s: %s); deleting the pod", ns, name, by,
                  action.reason, action.message)
     body = patches.evicted_condition_body(pod, action.reason, action.message, now_time())
     try:

@@ -18,7 +18,7 @@ from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
-from raykueue.controller.caches import Caches, foreign_heads, min_replicas
+from raykueue.controller.caches import Caches, foreign_heads, min_replicas, workers_to_delete
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.current import names_pod
 from raykueue.controller.facts import Facts, gather
@@ -149,11 +149,13 @@ class Reader:
         live_head = any(role_of(x) == c.ROLE_HEAD and not p.is_deleting(x) for x in pods)
         gone = ref is not None and base is not None and not live_head and self._cluster_gone(ns, ref)
         raycluster = self.caches.rayclusters.get(ns, str(ref.get("name"))) if ref else None
-        mins = (min_replicas(raycluster) if raycluster is not None
-                and metadata(raycluster).get("uid") == ref.get("uid") else None)
+        if raycluster is not None and metadata(raycluster).get("uid") != ref.get("uid"):
+            raycluster = None
         return GangFacts(pods, own, base, gd.GangContext(
             version=self.version, pods_ready=self.config.pods_ready, flavors=self._flavors(),
-            priority_values=self._priority_values(), cluster_gone=gone, min_replicas=mins,
+            priority_values=self._priority_values(), cluster_gone=gone,
+            min_replicas=min_replicas(raycluster) if raycluster is not None else None,
+            victims=workers_to_delete(raycluster) if raycluster is not None else frozenset(),
             released=self.state.gang_released(ns, cluster)))
 
     def _cluster_gone(self, ns: str, ref: Obj) -> bool:

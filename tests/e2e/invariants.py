@@ -251,6 +251,7 @@ class GangInvariants:
         self.released: dict[str, float] = {}  # pod uid -> when it was first seen ungated
         self.cluster_of: dict[str, str] = {}
         self.preempted: dict[str, set[str]] = {}  # base uid -> extras' Workload uids then running
+        self.evicted_bases: dict[str, str] = {}  # base uid -> the reason Kueue evicted it
         self.max_used: Counter[str] = Counter()  # the most the released pods ever requested
         self._lock = threading.RLock()
         self.pods = WatchCache(api, r.PODS, namespace=ns)
@@ -309,8 +310,12 @@ class GangInvariants:
         name = labels.get(c.CLUSTER_LABEL, "")
         if event != "DELETED" and name in self.held and w.is_quota_reserved(wl):
             self._fail(f"Workload {wl['metadata']['name']} of held cluster {name} holds quota")
-        if (event != "DELETED" and labels.get(c.GANG_LABEL) and w.owner_pod(wl) is None
-                and w.is_true(wl, w.PREEMPTED)):
+        is_base = bool(labels.get(c.GANG_LABEL)) and w.owner_pod(wl) is None
+        if event != "DELETED" and is_base and w.is_evicted(wl):
+            with self._lock:
+                self.evicted_bases.setdefault(wl["metadata"]["uid"], str(
+                    (w.condition(wl, w.EVICTED) or {}).get("reason")))
+        if event != "DELETED" and is_base and w.is_true(wl, w.PREEMPTED):
             with self._lock:
                 if wl["metadata"]["uid"] not in self.preempted:
                     self.preempted[wl["metadata"]["uid"]] = {

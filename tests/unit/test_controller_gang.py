@@ -226,3 +226,19 @@ def test_min_changed_on_a_pending_base_makes_it_again() -> None:
     got = plan(pods, minimum({"a": 1, "b": 1}), Base(exists=True, counts=MINS))
     assert got.remake_base and got.release == ()
     assert not plan(pods, MINS, Base(exists=True, counts=MINS)).remake_base
+
+
+def test_a_worker_kuberay_is_told_to_delete_is_never_planned_on() -> None:
+    """minReplicas and replicas lowered in one write, the victim named: nothing moves out
+    while the victim stands in its slot, and the slot goes back once it is gone."""
+    lowered = minimum({"a": 1, "b": 1})
+    members = {uid: m for uid, m in running().items() if not m.own_workload or m.group != "a"}
+    members["a2"] = dataclasses.replace(members["a2"], going=True)
+    base = Base(exists=True, admitted=True, counts=MINS)
+    got = plan(list(members.values()), lowered, base)
+    assert got.move_out == () and got.reclaim == {} and got.uncovered == ()
+    del members["a2"]
+    assert plan(list(members.values()), lowered, base).reclaim == {"a": 1}
+    gated_victim = Member("a9", "a", "t09", going=True)
+    got = plan([*members.values(), gated_victim], MINS, base)
+    assert "a9" not in got.release and "a9" not in got.extras

@@ -278,3 +278,20 @@ def test_a_preempted_base_takes_its_extras_along() -> None:
     steps, _ = gd.decide_gang(pods, own, base_for(pods, "evicted"), CTX)
     assert kinds(steps) == [(x["metadata"]["name"], "EvictPod") for x in pods] + [
         (None, "DeleteWorkload")]
+
+
+def test_the_raycluster_cache_keeps_what_the_base_follows() -> None:
+    from raykueue.controller.caches import min_replicas, slim_raycluster, workers_to_delete
+    raycluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                  "metadata": {"name": "rc", "namespace": "team-a", "uid": "u1",
+                               "managedFields": [{"manager": "x"}]},
+                  "spec": {"headGroupSpec": {"template": {"spec": {"containers": []}}},
+                           "workerGroupSpecs": [
+                               {"groupName": "tpu", "minReplicas": 2, "numOfHosts": 4,
+                                "replicas": 2, "template": {"spec": {"containers": []}},
+                                "scaleStrategy": {"workersToDelete": ["rc-tpu-x"]}},
+                               {"groupName": "cpu", "replicas": 1}]}}
+    slim = slim_raycluster(raycluster)
+    assert "headGroupSpec" not in slim["spec"] and "managedFields" not in slim["metadata"]
+    assert min_replicas(slim) == min_replicas(raycluster) == {"tpu": 8, "cpu": 0}
+    assert workers_to_delete(slim) == workers_to_delete(raycluster) == {"rc-tpu-x"}
