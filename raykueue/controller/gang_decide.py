@@ -70,8 +70,9 @@ class GangContext:
     pods_ready: bool = True
     flavors: Mapping[str, Obj] = field(default_factory=dict)
     priority_values: Mapping[str, int] = field(default_factory=dict)
-    # The RayCluster itself is gone or going (asked only when the head is gone): its
-    # pods go with it, so there is nothing to requeue, only the base to delete.
+    # The RayCluster itself is gone or going (asked only when the head is gone, or pods
+    # are past the gate with no base): its pods go with it, so there is nothing to
+    # requeue or evict, only the base to delete.
     cluster_gone: bool = False
     # Each worker group's minReplicas x numOfHosts as the RayCluster says now; None
     # when it is not known, and the counts the webhook stamped on the pods serve.
@@ -187,6 +188,8 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
         cond = w.condition(base, w.EVICTED) or {}
         return _requeue(base, live, str(cond.get("reason") or FINISHED_EVICTED),
                         str(cond.get("message") or "evicted by Kueue")), plan
+    if base is None and ctx.cluster_gone:
+        return [(None, Wait("the RayCluster is gone: its pods go with it"))], plan
     if plan.requeue and base is not None and ctx.cluster_gone:
         return [(None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED,
                                       "the RayCluster is gone: its pods go with it"))], plan

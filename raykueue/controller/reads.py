@@ -147,7 +147,11 @@ class Reader:
         if ref is not None:
             base = self.workload(ns, gd.base_name(cluster, str(ref["uid"])))
         live_head = any(role_of(x) == c.ROLE_HEAD and not p.is_deleting(x) for x in pods)
-        gone = ref is not None and base is not None and not live_head and self._cluster_gone(ns, ref)
+        # Pods past the gate with no base: the garbage collector may have taken the base
+        # of a RayCluster being deleted before its pods show it.
+        orphaned = base is None and any(not p.is_gated(x) and not p.is_deleting(x) for x in pods)
+        gone = (ref is not None and ((base is not None and not live_head) or orphaned)
+                and self._cluster_gone(ns, ref))
         raycluster = self.caches.rayclusters.get(ns, str(ref.get("name"))) if ref else None
         if raycluster is not None and metadata(raycluster).get("uid") != ref.get("uid"):
             raycluster = None

@@ -295,3 +295,11 @@ def test_the_raycluster_cache_keeps_what_the_base_follows() -> None:
     assert "headGroupSpec" not in slim["spec"] and "managedFields" not in slim["metadata"]
     assert min_replicas(slim) == min_replicas(raycluster) == {"tpu": 8, "cpu": 0}
     assert workers_to_delete(slim) == workers_to_delete(raycluster) == {"rc-tpu-x"}
+
+
+def test_released_pods_of_a_raycluster_being_deleted_are_left_to_the_garbage_collector() -> None:
+    """The collector may take the base (owned by the RayCluster) before the pods show their
+    deletion: they are not evicted as uncovered, they go with their cluster."""
+    pods, _ = running_cluster(2)
+    steps, _ = gd.decide_gang(pods, {}, None, dataclasses.replace(CTX, cluster_gone=True))
+    assert kinds(steps) == [(None, "Wait")]
