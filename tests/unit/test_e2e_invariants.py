@@ -9,8 +9,8 @@ import pytest
 
 from raykueue.controller import gang_decide as gd
 from raykueue.core import contract as c
-from tests.e2e.invariants import quantity, uncovered
 from testkit import controller_objects as o
+from tests.e2e.invariants import quantity, uncovered
 
 pytestmark = pytest.mark.unit
 
