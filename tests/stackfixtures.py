@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -194,10 +196,27 @@ def raykueue_server(request: pytest.FixtureRequest, api_stack: devstack.Stack,
         server.start()
         yield server
     finally:
-        failed = getattr(request.node, "rep_call", None)
         server.close()
-        if failed is not None and failed.failed:
+        if keep_logs_if_failed(request, api_stack, server=server):
             print(f"\nraykueue server log ({server.log_path}):\n{server.logs()}", file=sys.stderr)
+
+
+def keep_logs_if_failed(request: pytest.FixtureRequest, stack: devstack.Stack,
+                        **servers: RaykueueServer) -> bool:
+    """After a failed test, its raykueue logs go beside the stack's component logs
+    (<stack dir>/logs, which outlive the session), named after the test; pytest's
+    temporary directories do not last. True if the test failed."""
+    report = getattr(request.node, "rep_call", None)
+    if report is None or not report.failed:
+        return False
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-150:]
+    stack.log_dir.mkdir(parents=True, exist_ok=True)
+    for role, server in servers.items():
+        if server.log_path.exists():
+            kept = stack.log_dir / f"raykueue-{slug}-{role}.log"
+            shutil.copyfile(server.log_path, kept)
+            print(f"\nraykueue {role} log kept in {kept}", file=sys.stderr)
+    return True
 
 
 # ---- namespaces ----------------------------------------------------------------------

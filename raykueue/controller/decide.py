@@ -234,6 +234,11 @@ def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
         ]
 
     if not w.is_admitted(wl):
+        if not p.is_gated(pod) and labels(pod).get(c.GANG_LABEL):
+            # A base pod moving out (minReplicas lowered): the base covers it until
+            # this Workload is admitted; its cluster's pass judges (gang_decide).
+            return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: covered by the base until "
+                         f"Workload {name} is admitted")]
         if not p.is_gated(pod):
             return [Warn(WARN_UNGATED_NOT_ADMITTED,
                          f"pod {p.name(pod)} is not gated but its Workload {name} is not admitted; "
