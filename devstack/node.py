@@ -46,7 +46,7 @@ from .probes import condition, http_ok
 from .procs import StackError
 
 if TYPE_CHECKING:
-    from .handle import Stack
+    from .stackview import StackView as Stack
 
 Ports = dict[str, int]
 
