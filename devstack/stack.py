@@ -151,6 +151,31 @@ def stop_component(stack: Stack, name: str) -> None:
         stack.stop(name)
 
 
+def _let_namespaces_finish(stack: Stack, timeout: float = 120.0) -> None:
+    """Wait until no namespace is being deleted (at most `timeout`).
+
+    Just after a start the API server's discovery may not list the custom resources
+    yet; a namespace controller that asks then sees no RayCluster to delete and
+    finalizes the namespace anyway, leaving the RayCluster behind in etcd, seen by
+    every later list (it failed a CI run's cluster-wide uninstall test). An earlier
+    test's namespaces go first, while discovery is whole.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            going = [n["metadata"]["name"] for n in stack.api.get("/api/v1/namespaces")["items"]
+                     if n["metadata"].get("deletionTimestamp")]
+        except Exception as e:  # a dead API server is what the restart is for
+            _log(f"could not list namespaces before the restart ({e}); restarting anyway")
+            return
+        if not going:
+            return
+        if time.monotonic() >= deadline:
+            _log(f"namespaces still terminating after {timeout:.0f}s, restarting anyway: {going}")
+            return
+        time.sleep(0.5)
+
+
 def restart_component(stack: Stack, name: str = "kube-apiserver", *,
                       grace: float = 10.0, down_for: float = 0.0,
                       while_down: Callable[[], None] | None = None) -> float:
@@ -164,6 +189,8 @@ def restart_component(stack: Stack, name: str = "kube-apiserver", *,
     seconds from stop to ready again.
     """
     comp = COMPONENTS.get(name)
+    if name == "kube-apiserver":
+        _let_namespaces_finish(stack)
     t0 = time.monotonic()
     with state.locked(stack.dir):
         proc = stack.procs.get(name)
