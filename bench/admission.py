@@ -56,7 +56,8 @@ def free_port() -> int:
 def bodies(workdir: Path) -> list[Path]:
     paths = []
     for name, review in (("head", rv.head_review()), ("worker", rv.worker_review())):
-        review = rv.set_annotation(review, c.STANDALONE_ANNOTATION, "true")
+        # As KubeRay makes a pod of an opted-in RayCluster: its template's stamp.
+        review = rv.set_label(review, c.OPTED_IN_LABEL, c.OPTED_IN_VALUE)
         review = rv.set_label(review, c.QUEUE_LABEL, "team-a")
         path = workdir / f"{name}.json"
         path.write_bytes(json.dumps(review).encode())

@@ -1,6 +1,6 @@
 """devstack: the real Kubernetes control plane for raykueue's tests, on loopback.
 
-    python -m devstack up [--tier api|e2e]   start (or reuse / upgrade) a stack
+    python -m devstack up [--tier api|e2e|node]  start (or reuse / upgrade) a stack
     python -m devstack status                what runs, where, and its logs
     python -m devstack env                   shell exports for the running stack
     python -m devstack down                  stop it
@@ -8,14 +8,15 @@
 Binaries come from controlplane/build.sh (RAYKUEUE_BIN_DIR); a stack lives in
 RAYKUEUE_STACK_DIR (default ~/.cache/raykueue/stack) with its kubeconfig,
 state.json and logs/. RAYKUEUE_KUEUE=minimal|shipped picks which Kueue it runs
-(devstack/kueue_shipped.py).
+(devstack/kueue_shipped.py). Tier node adds a real kubelet node (devstack/node.py).
 """
 
-from .config import Nodes, Samples, StackConfig, default_bin_dir, default_stack_dir
+from .config import TIERS, Nodes, Samples, StackConfig, default_bin_dir, default_stack_dir
 from .stack import Stack, StackError, down, free_ports, release, stop_component, up
 from .webhooks import register_webhooks, unregister_webhooks, webhook_configurations
 
 __all__ = [
+    "TIERS",
     "Nodes",
     "Samples",
     "Stack",

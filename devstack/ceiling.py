@@ -19,7 +19,7 @@ CEILING_CONFIG = "zz-raykueue-ceiling"
 def ceiling_configuration(url_base: str, ca_pem: bytes, namespace_selector: dict) -> dict:
     """raykueue's pod webhook as the bench registers it, renamed and calling `url_base`."""
     for config in webhook_configurations(url_base, ca_pem, namespace_selector=namespace_selector):
-        for hook in config["webhooks"]:
+        for hook in config.get("webhooks", []):
             if hook["name"] == POD_HOOK:
                 return {"apiVersion": config["apiVersion"], "kind": config["kind"],
                         "metadata": {"name": CEILING_CONFIG},

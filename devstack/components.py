@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from . import dashboard_proxy, kueue_shipped, pki
+from . import dashboard_proxy, kueue_shipped, node, pki
 from .config import StackConfig
 from .objects import KUEUE_NAMESPACE, KWOK_NODE_ANNOTATION, apply_objects, node_objects
 from .probes import condition, http_ok, secure_healthz, tls_port_open
@@ -48,6 +48,9 @@ class Component:
     prepare: Callable[[Stack, Ports], None] | None = None
     # Runs right after the process starts, before waiting for it (kwok: its nodes).
     after_start: Callable[[Stack], None] | None = None
+    # A command prefix the process runs under (the real node's: nsenter into its
+    # namespaces, devstack/node.py); the recorded binary stays the component's own.
+    wrap: Callable[[Stack], list[str]] | None = None
     # Also pass KUBECONFIG: controller-runtime managers read it besides --kubeconfig.
     kubeconfig_env: bool = False
     # More of the process's environment, read at every start.
@@ -103,10 +106,17 @@ def _apiserver_args(stack: Stack, ports: Ports) -> list[str]:
         # It taints every new Node not-ready until node-lifecycle-controller clears it;
         # that controller would also evict pods when kwok's heartbeat is late.
         "--disable-admission-plugins=TaintNodesByCondition",
+        # A namespace's annotations may pin its pods to nodes and give them
+        # tolerations (no-ops without them): how the node tier keeps raykueue's
+        # Helm install on the real node, the chart having no such values.
+        "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
         # The aggregation layer (Kueue's visibility API when shipped); the same in
         # both Kueue modes so that the API server never depends on the mode.
         *kueue_shipped.apiserver_aggregation_flags(*kueue_shipped.ensure_aggregation_pki(d)),
         "--endpoint-reconciler-type=none",
+        # `kubectl logs` and exec reach the real node's kubelet by its address: no
+        # DNS here knows its name (kwok's nodes serve neither).
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--profiling=false",
         "--v=1",
     ]
@@ -318,4 +328,21 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
     Component("ray-operator", "e2e", "ray-operator", ("probe", "metrics"), _ray_operator_args,
               _ray_operator_ready, needs=("objects", "dashboard-proxy"), kubeconfig_env=True,
               env=_ray_operator_env),
+    # ---- the node tier: one real kubelet node (devstack/node.py, docs/DEVSTACK.md) ----
+    Component("node-ns", "node", sys.executable, (), node.ns_args, node.ns_ready,
+              prepare=node.ns_prepare),
+    Component("node-apiserver-proxy", "node", sys.executable, ("listen",), node.proxy_args,
+              node.proxy_ready, needs=("node-ns", "kube-apiserver"),
+              after_start=node.apiserver_endpoint, wait_after_restart=True),
+    Component("node-controllers", "node", "kube-controller-manager", ("secure",),
+              node.node_controllers_args,
+              lambda s: secure_healthz(s.ports["node-controllers"]), needs=("kube-apiserver",)),
+    Component("containerd", "node", "containerd", (), node.containerd_args, node.containerd_ready,
+              needs=("node-ns",), prepare=node.containerd_prepare, wrap=node.enter_node),
+    Component("kubelet", "node", "kubelet", ("kubelet", "healthz"), node.kubelet_args,
+              node.kubelet_ready, needs=("containerd", "node-apiserver-proxy", "node-images"),
+              prepare=node.kubelet_prepare, wrap=node.enter_node),
+    Component("kube-proxy", "node", "kube-proxy", ("healthz", "metrics"), node.kube_proxy_args,
+              node.kube_proxy_ready, needs=("node-ns", "node-apiserver-proxy"),
+              prepare=node.kube_proxy_prepare, wrap=node.enter_node),
 )}

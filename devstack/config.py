@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TIERS = ("api", "e2e")
+# Each tier includes the ones before it; `node` adds the real node (devstack/node.py).
+TIERS = ("api", "e2e", "node")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

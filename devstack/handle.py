@@ -27,7 +27,7 @@ from .stackview import Log
 
 def _main_ports(components: dict[str, Proc]) -> dict[str, int]:
     return {n: p.ports[COMPONENTS[n].ports[0]] for n, p in components.items()
-            if n in COMPONENTS and COMPONENTS[n].ports[0] in p.ports}
+            if n in COMPONENTS and COMPONENTS[n].ports and COMPONENTS[n].ports[0] in p.ports}
 
 
 class Stack:
@@ -180,8 +180,9 @@ class Stack:
     def spawn(self, name: str, argv: list[str], ports: dict[str, int],
               env: dict[str, str] | None = None) -> Proc:
         """Start argv as component `name` and record it in state.json."""
-        if not os.access(argv[0], os.X_OK):
-            raise StackError(f"{name}: binary {argv[0]} is missing; run controlplane/build.sh "
+        exe = argv[argv.index("--") + 1] if os.path.basename(argv[0]) == "nsenter" else argv[0]
+        if not os.access(exe, os.X_OK):
+            raise StackError(f"{name}: binary {exe} is missing; run controlplane/build.sh "
                              f"(RAYKUEUE_BIN_DIR={self.config.bin_dir})")
         proc = procs.spawn(name, argv, self.log_path(name), cwd=self.dir, ports=ports, env=env)
         st = self.read()
@@ -195,7 +196,8 @@ class Stack:
         ports = dict(zip(comp.ports, free_ports(len(comp.ports)), strict=True))
         if comp.prepare is not None:
             comp.prepare(self, ports)
-        argv = [str(self.binary(comp.binary)), *comp.args(self, ports)]
+        wrap = comp.wrap(self) if comp.wrap is not None else []
+        argv = [*wrap, str(self.binary(comp.binary)), *comp.args(self, ports)]
         proc = self.spawn(name, argv, ports, self._env(name))
         if comp.after_start is not None:
             comp.after_start(self)

@@ -115,6 +115,10 @@ _KINDS = {
         ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
         ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", False),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
+        ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
+        ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", False),
     ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): ("/apis/kueue.x-k8s.io/v1beta2", "resourceflavors", False),
     ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),
     ("kueue.x-k8s.io/v1beta2", "LocalQueue"): ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),

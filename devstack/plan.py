@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import node
 from .components import COMPONENTS
 from .config import TIERS
 from .kubeapi import KubeError
@@ -46,6 +47,8 @@ def _objects(stack: Stack, log: Log) -> None:
 
 STEPS: dict[str, Step] = {s.name: s for s in (
     Step("objects", "api", ("kube-apiserver",), _objects),
+    # The pause image and raykueue's own (scripts/build-image), into the node's containerd.
+    Step("node-images", "node", ("containerd",), node.import_images),
 )}
 
 

@@ -106,7 +106,12 @@ def with_checkout_on_path(env: dict[str, str]) -> dict[str, str]:
 
 def spawn(name: str, argv: list[str], log: Path, *, cwd: Path, ports: dict[str, int],
           env: dict[str, str] | None = None) -> Proc:
-    """Start argv in its own session (so it outlives us), appending to `log`."""
+    """Start argv in its own session (so it outlives us), appending to `log`.
+
+    A command run through `nsenter ... -- BINARY ...` (the real node's processes)
+    becomes BINARY (nsenter execs it): that is what its pid runs, and what
+    `Proc.alive` checks against pid reuse.
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         out.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
@@ -116,7 +121,8 @@ def spawn(name: str, argv: list[str], log: Path, *, cwd: Path, ports: dict[str, 
             env=with_checkout_on_path({**os.environ, **(env or {})}), cwd=cwd, start_new_session=True,
         )
     _children[popen.pid] = popen
-    return Proc(name=name, pid=popen.pid, binary=argv[0], log=str(log), ports=ports, argv=argv)
+    binary = argv[argv.index("--") + 1] if os.path.basename(argv[0]) == "nsenter" else argv[0]
+    return Proc(name=name, pid=popen.pid, binary=binary, log=str(log), ports=ports, argv=argv)
 
 
 def exit_code(proc: Proc) -> int | None:

@@ -151,25 +151,60 @@ def stop_component(stack: Stack, name: str) -> None:
         stack.stop(name)
 
 
+def _let_namespaces_finish(stack: Stack, timeout: float = 120.0) -> None:
+    """Wait until no namespace is being deleted (at most `timeout`).
+
+    Just after a start the API server's discovery may not list the custom resources
+    yet; a namespace controller that asks then sees no RayCluster to delete and
+    finalizes the namespace anyway, leaving the RayCluster behind in etcd, seen by
+    every later list (it failed a CI run's cluster-wide uninstall test). An earlier
+    test's namespaces go first, while discovery is whole.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            going = [n["metadata"]["name"] for n in stack.api.get("/api/v1/namespaces")["items"]
+                     if n["metadata"].get("deletionTimestamp")]
+        except Exception as e:  # a dead API server is what the restart is for
+            _log(f"could not list namespaces before the restart ({e}); restarting anyway")
+            return
+        if not going:
+            return
+        if time.monotonic() >= deadline:
+            _log(f"namespaces still terminating after {timeout:.0f}s, restarting anyway: {going}")
+            return
+        time.sleep(0.5)
+
+
 def restart_component(stack: Stack, name: str = "kube-apiserver", *,
-                      grace: float = 10.0, down_for: float = 0.0) -> float:
+                      grace: float = 10.0, down_for: float = 0.0,
+                      while_down: Callable[[], None] | None = None) -> float:
     """Stop one component and start it again with the same argv and ports.
 
     For the API server this keeps etcd and its data, so every object (and
     resourceVersion) survives and clients reconnect to the same URL, as after
     a rolling restart of a real control plane. `down_for` keeps it stopped a
-    while first (fault tests). Returns the seconds from stop to ready again.
+    while first (fault tests); `while_down` runs once it is stopped (a test that
+    starts something during the outage and waits for what it says). Returns the
+    seconds from stop to ready again.
     """
     comp = COMPONENTS.get(name)
+    if name == "kube-apiserver":
+        _let_namespaces_finish(stack)
     t0 = time.monotonic()
     with state.locked(stack.dir):
         proc = stack.procs.get(name)
         if proc is None or not proc.argv:
             raise StackError(f"{name} is not running in {stack.dir}; nothing to restart")
         stack.stop(name, grace=grace)
-        if down_for > 0:
-            time.sleep(down_for)
-        stack.spawn(name, list(proc.argv), dict(proc.ports), stack._env(name) if comp else None)
+        try:
+            if down_for > 0:
+                time.sleep(down_for)
+            if while_down is not None:
+                while_down()
+        finally:
+            # A failing test must not leave the stack without the component.
+            stack.spawn(name, list(proc.argv), dict(proc.ports), stack._env(name) if comp else None)
     if comp is not None and comp.wait_after_restart:
         stack.wait_ready(name, lambda: comp.ready(stack))
     return time.monotonic() - t0

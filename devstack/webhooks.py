@@ -3,7 +3,9 @@
 Off the cluster the API server calls the webhook at `clientConfig.url`
 (https://127.0.0.1:<port>/...), trusting `ca_bundle_pem`. The configurations
 are read from manifests/webhooks.yaml, so that tests run against the scope
-rules (selectors, matchConditions) an install ships, never a copy of them.
+rules (selectors, matchConditions) an install ships, never a copy of them. The
+ValidatingAdmissionPolicy there (the stamp's protection, which calls no webhook)
+and its binding are registered as shipped.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def by_url(configs: list[dict], url_base: str, ca_bundle_pem: bytes | str) -> li
     out = copy.deepcopy(configs)
     for config in out:
         config["metadata"] = {"name": config["metadata"]["name"]}
-        for hook in config["webhooks"]:
+        for hook in config.get("webhooks", []):
             service = hook["clientConfig"]["service"]
             hook["clientConfig"] = {"url": base + service.get("path", "/"), "caBundle": ca_b64}
     return out
@@ -86,7 +88,9 @@ def webhook_configurations(
     """
     configs = by_url(shipped_webhook_configurations(), url_base, ca_bundle_pem)
     for config in configs:
-        for hook in config["webhooks"]:
+        if namespace_selector is not None and config["kind"] == "ValidatingAdmissionPolicy":
+            config["spec"]["matchConstraints"]["namespaceSelector"] = namespace_selector
+        for hook in config.get("webhooks", []):
             if failure_policy is not None:
                 hook["failurePolicy"] = failure_policy
             if timeout_seconds is not None:

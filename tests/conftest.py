@@ -5,7 +5,9 @@ no Go, no Go module cache, no kubectl, no network), tests/serve -> `serve` (star
 `raykueue serve` processes), tests/tools -> `tools` (what controlplane/build.sh makes:
 promtool, helm, kubectl's kustomize, the Kueue module in the Go module cache), tests/api -> `api`
 (a real kube-apiserver and etcd), tests/e2e -> `e2e` (the whole stack), tests/ray -> `ray`
-(the e2e stack plus real Ray processes and the KubeRay autoscaler). Select
+(the e2e stack plus real Ray processes and the KubeRay autoscaler), tests/node -> `node`
+(the e2e stack plus a real kubelet node running raykueue's image; builds the node's
+binaries and the image first, see docs/DEVSTACK.md). Select
 with -m, e.g. `python -m pytest -m unit`. The api and e2e tiers start (or reuse)
 the local control plane from devstack; with --build-controlplane (scripts/test
 passes it) controlplane/build.sh runs first, and only when a selected test needs
@@ -29,6 +31,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
     kubeconfig,
     kubectl,
     new_namespace,
+    node_stack,
     raykueue_server,
     shipped_stack,
     stack_owner,
@@ -36,7 +39,7 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 )
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "serve", "tools", "api", "e2e", "ray")
+TIERS = ("unit", "serve", "tools", "api", "e2e", "ray", "node")
 REPO_ROOT = TESTS.parent
 
 
@@ -94,12 +97,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not any("stack_owner" in getattr(item, "fixturenames", ()) or item.get_closest_marker("tools")
                for item in session.items):
         return
+    builds = [["bash", str(REPO_ROOT / "controlplane" / "build.sh")]]
+    # The node tier's binaries and raykueue's image, only when a node test is selected.
+    if any("node_stack" in getattr(item, "fixturenames", ()) for item in session.items):
+        builds += [["bash", str(REPO_ROOT / "controlplane" / "node" / "build.sh")],
+                   [str(REPO_ROOT / "scripts" / "build-image")]]
     capture = config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():  # a cold build takes minutes: show it
-        code = subprocess.run(["bash", str(REPO_ROOT / "controlplane" / "build.sh")]).returncode
-    if code != 0:
-        pytest.exit(f"controlplane/build.sh exited {code}; the selected tests need the stack "
-                    f"(select `-m unit` or `-m serve` to run without it)", returncode=code)
+    for argv in builds:
+        with capture.global_and_fixture_disabled():  # a cold build takes minutes: show it
+            code = subprocess.run(argv, stdout=subprocess.DEVNULL if argv[0].endswith("build-image")
+                                  else None).returncode
+        if code != 0:
+            pytest.exit(f"{' '.join(argv)} exited {code}; the selected tests need it (select "
+                        f"`-m unit` or `-m serve` to run without the stack, `-m 'not node'` "
+                        f"without the real node)", returncode=code)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -149,8 +149,9 @@ def _gated(pod: dict[str, Any]) -> dict[str, Any]:
 def base_reviews() -> dict[str, dict[str, Any]]:
     head, worker = rv.head_review(), rv.worker_review()
     for review in (head, worker):
-        rv.pod_of(review)["metadata"].setdefault("annotations", {})[
-            c.STANDALONE_ANNOTATION] = "true"
+        meta = rv.pod_of(review)["metadata"]
+        meta.setdefault("labels", {})[c.OPTED_IN_LABEL] = c.OPTED_IN_VALUE
+        meta.setdefault("annotations", {})  # the mutations below write into it
     old = _gated(rv.pod_of(worker))
     new = copy.deepcopy(old)
     new["spec"]["schedulingGates"] = []

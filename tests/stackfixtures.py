@@ -2,6 +2,8 @@
 
     api_stack        etcd + kube-apiserver + controller-manager + CRDs (started or reused)
     e2e_stack        the same stack upgraded with scheduler, kwok, Kueue and KubeRay
+    node_stack       the e2e stack plus a real kubelet node (devstack/node.py) whose
+                     containerd holds raykueue's image (scripts/build-image)
     shipped_stack    an e2e stack running Kueue as shipped: the session's own stack when
                      it runs that mode (--kueue=shipped, RAYKUEUE_KUEUE), else a second
                      stack in <stack dir>-shipped
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,8 +67,8 @@ class StackOwner:
         self.started = self.started or started
         self.stack = stack
         self.tiers.add(tier)
-        if tier == "e2e":
-            self.tiers.add("api")
+        # A tier includes the ones before it (devstack.config.TIERS).
+        self.tiers.update(devstack.TIERS[:devstack.TIERS.index(tier)])
         print(f"\n[devstack] {tier} stack {'started' if started else 'reused'} in "
               f"{time.monotonic() - t0:.1f}s at {stack.dir}", file=sys.stderr)
         return stack
@@ -111,6 +115,11 @@ def api_stack(stack_owner: StackOwner) -> devstack.Stack:
 @pytest.fixture(scope="session")
 def e2e_stack(stack_owner: StackOwner) -> devstack.Stack:
     return stack_owner.ensure("e2e")
+
+
+@pytest.fixture(scope="session")
+def node_stack(stack_owner: StackOwner) -> devstack.Stack:
+    return stack_owner.ensure("node")
 
 
 @pytest.fixture(scope="session")
@@ -187,10 +196,27 @@ def raykueue_server(request: pytest.FixtureRequest, api_stack: devstack.Stack,
         server.start()
         yield server
     finally:
-        failed = getattr(request.node, "rep_call", None)
         server.close()
-        if failed is not None and failed.failed:
+        if keep_logs_if_failed(request, api_stack, server=server):
             print(f"\nraykueue server log ({server.log_path}):\n{server.logs()}", file=sys.stderr)
+
+
+def keep_logs_if_failed(request: pytest.FixtureRequest, stack: devstack.Stack,
+                        **servers: RaykueueServer) -> bool:
+    """After a failed test, its raykueue logs go beside the stack's component logs
+    (<stack dir>/logs, which outlive the session), named after the test; pytest's
+    temporary directories do not last. True if the test failed."""
+    report = getattr(request.node, "rep_call", None)
+    if report is None or not report.failed:
+        return False
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)[-150:]
+    stack.log_dir.mkdir(parents=True, exist_ok=True)
+    for role, server in servers.items():
+        if server.log_path.exists():
+            kept = stack.log_dir / f"raykueue-{slug}-{role}.log"
+            shutil.copyfile(server.log_path, kept)
+            print(f"\nraykueue {role} log kept in {kept}", file=sys.stderr)
+    return True
 
 
 # ---- namespaces ----------------------------------------------------------------------

@@ -144,9 +144,14 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from raykueue.app import logs, runtime
+    from raykueue.kube.client import ClusterConfigError
 
     logs.configure(settings.log_level)
-    running = runtime.start(settings)
+    try:
+        running = runtime.start(settings)
+    except ClusterConfigError as exc:
+        log.error("%s", exc)
+        return 2
     config = uvicorn_config(settings, running.app, running.certificates.serving.context)
     tune_interpreter(settings)
     log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,

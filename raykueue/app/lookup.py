@@ -1,4 +1,4 @@
-"""The admission webhook's view of the cluster: owners, LocalQueues, PriorityClasses.
+"""The admission webhook's view of the cluster: owners, LocalQueues, PriorityClasses, namespaces.
 
 Everything is read from watch-backed caches so that answering a review never
 waits on the API server. Without a cluster the view is empty and the webhook
@@ -11,10 +11,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from raykueue.coexist.kueueconfig import KueueSetup
+from raykueue.coexist.selectors import namespace_labels
 from raykueue.core import contract as c
-from raykueue.core.objects import METADATA_KEPT, Obj
+from raykueue.core.objects import METADATA_KEPT, Obj, labels
 from raykueue.webhooks.admit import ray_owner
 from raykueue.webhooks.classify import Context
+from raykueue.webhooks.rayobjects import Facts
 
 # RayCluster -> RayJob/RayService is as deep as KubeRay nests today; the bound
 # guards against an ownership cycle written by hand.
@@ -48,6 +50,12 @@ def keep_metadata(kind: str):
     return transform
 
 
+def keep_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    """Transform for Namespaces: their labels are what Kueue's namespace selector reads."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion", "labels") if k in meta}}
+
+
 def keep_value(obj: dict[str, Any]) -> dict[str, Any]:
     """Transform for PriorityClasses: the name and the value are all we need."""
     meta = obj.get("metadata") or {}
@@ -58,6 +66,18 @@ def keep_value(obj: dict[str, Any]) -> dict[str, Any]:
 _OFFLINE = Context(cluster_known=False)
 
 
+class _Nothing:
+    """A store before its cache exists: holds nothing, never synced."""
+
+    synced = False
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return None
+
+
+_NOTHING = _Nothing()
+
+
 class ClusterView:
     def __init__(
         self,
@@ -65,16 +85,35 @@ class ClusterView:
         local_queues: Store | None,
         priority_classes: Store | None = None,
         kueue: Callable[[], KueueSetup] | None = None,
+        namespaces: Store | None = None,
     ) -> None:
         self.owners = owners
         self.local_queues = local_queues
         self.priority_classes = priority_classes
+        self.namespaces = namespaces
         # Kueue's setup as coexist/ reads it: which Ray kinds Kueue would admit whole.
         self.kueue = kueue
 
     @classmethod
     def offline(cls) -> ClusterView:
         return cls({}, None)
+
+    @classmethod
+    def connecting(cls) -> ClusterView:
+        """A cluster is configured but not read yet: every owner is unknown, so a pod
+        that a Ray object may opt in is refused (KubeRay retries) until `attach`."""
+        owners = {kind: _NOTHING for kind in (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)}
+        return cls(owners, _NOTHING)
+
+    def attach(self, owners: Mapping[str, Store], local_queues: Store,
+               priority_classes: Store | None, kueue: Callable[[], KueueSetup],
+               namespaces: Store | None = None) -> None:
+        """The caches, once the cluster answers (reviews in flight see either set)."""
+        self.owners = owners
+        self.namespaces = namespaces
+        self.local_queues = local_queues
+        self.priority_classes = priority_classes
+        self.kueue = kueue
 
     @property
     def online(self) -> bool:
@@ -110,7 +149,31 @@ class ClusterView:
             default_queue_exists=default_queue,
             priority_values=_PriorityValues(self.priority_classes),
             kueue_job_kinds=setup.ray_kinds if setup is not None else frozenset(),
-            kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(namespace),
+            # A pod only gets a warning from this, so a namespace the cache does not
+            # hold yet is judged by the one label every namespace carries.
+            kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(
+                self.namespace_labels(namespace) or namespace_labels(namespace)),
+        )
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels from the cache; None when it does not hold the namespace."""
+        found = self.namespaces.get(None, namespace) if self.namespaces is not None else None
+        return labels(found) if found is not None else None
+
+    def facts_for(self, obj: Obj, namespace: str) -> Facts:
+        """What the Ray-object stages need to know about `obj`'s namespace."""
+        if not self.online:
+            return Facts(namespace=namespace)
+        assert self.local_queues is not None
+        setup = self.kueue() if self.kueue is not None else None
+        manages: bool | None = False
+        if setup is not None and setup.manage_jobs_without_queue_name and obj.get("kind") in setup.ray_kinds:
+            found = self.namespace_labels(namespace)
+            manages = None if found is None else setup.manages_unqueued_in(found)
+        return Facts(
+            default_queue_exists=self.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None,
+            kueue_manages_unqueued=manages,
+            namespace=namespace,
         )
 
 

@@ -4,33 +4,39 @@ This module decides nothing. `start(settings)` builds the pieces the settings
 ask for, in the one order their dependencies allow, starts their threads, and
 returns them as a frozen `Runtime`: the ASGI app (with the decision of each
 admission path: pods' mutate and validate, Ray objects' first and last; and
-the readiness checks), the TLS context to listen with, and
-what `shutdown()` must stop.
+the readiness checks), the TLS context to listen with, and what `shutdown()`
+must stop. A configured cluster is connected in the background
+(`Cluster.connect`), for as long as it takes; leadership starts once it answers.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from kubernetes.client import ApiClient
+
 from raykueue.app import certificates
 from raykueue.app.certificates import Certificates
-from raykueue.app.leadership import ControllerHost
-from raykueue.app.lookup import ClusterView, keep_metadata, keep_value
+from raykueue.app.leadership import COMPONENT, ControllerHost
+from raykueue.app.lookup import ClusterView, keep_labels, keep_metadata, keep_value
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.watcher import KueueWatch
+from raykueue.controller.unaccounted import UnaccountedPods
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
+from raykueue.kube.backoff import Backoff
 from raykueue.kube.cache import Transform, WatchCache
-from raykueue.kube.client import load_api_client
+from raykueue.kube.client import ClusterConfigError, Configured, configured, probe
 from raykueue.kube.events import EventRecorder
-from raykueue.kube.rest import Rest
+from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.admit import Outcome, admit_create, admit_ray_object, admit_update
 from raykueue.webhooks.classify import PodPriority, Policy
-from raykueue.webhooks.rayobjects import Stage
+from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage
 from raykueue.webhooks.review import Review
 
 log = logging.getLogger("raykueue")
@@ -42,19 +48,23 @@ def policy_from(settings: Settings) -> Policy:
         if settings.set_pod_priority
         else None
     )
-    return Policy(settings.head_priority_class, settings.worker_priority_class, pod_priority)
+    return Policy(settings.head_priority_class, settings.worker_priority_class, pod_priority,
+                  settings.head_only_classes)
+
+
+def ray_object_policy_from(settings: Settings) -> RayObjectPolicy:
+    return RayObjectPolicy(settings.autoscaler_allocate_timeout_seconds, settings.head_only_classes)
 
 
 def mutate_with(view: ClusterView, policy: Policy, review: Review) -> Outcome:
     return admit_create(review, view.context_for(review.object, review.namespace), policy)
 
 
-def ray_object_with(view: ClusterView, stage: Stage, allocate_timeout: int, review: Review) -> Outcome:
-    owners = view.context_for(review.object, review.namespace).owners
-    return admit_ray_object(review, owners, stage, allocate_timeout)
+def ray_object_with(view: ClusterView, stage: Stage, policy: RayObjectPolicy, review: Review) -> Outcome:
+    return admit_ray_object(review, stage, view.facts_for(review.object, review.namespace), policy)
 
 
-def pods_ready_with(settings: Settings, kueue: KueueWatch | None) -> bool:
+def pods_ready_with(settings: Settings, cluster: Cluster | None) -> bool:
     """Whether the controller writes PodsReady: forced by the setting, else what Kueue reads.
 
     Asked each time this replica starts leading. Without Kueue's Configuration the
@@ -62,6 +72,7 @@ def pods_ready_with(settings: Settings, kueue: KueueWatch | None) -> bool:
     """
     if settings.pods_ready != "auto":
         return settings.pods_ready == "true"
+    kueue = cluster.kueue if cluster is not None else None
     if kueue is None or not all(cache.wait_synced(10) for cache in kueue.caches):
         return True
     return kueue.snapshot.setup.wait_for_pods_ready
@@ -71,20 +82,138 @@ def validate_with(controllers: frozenset[str], review: Review) -> Outcome:
     return admit_update(review, controllers)
 
 
-@dataclass(frozen=True, slots=True)
 class Cluster:
-    """The API server and the caches the webhook reads."""
+    """The configured API server, and the caches the webhook reads once it answers.
 
-    rest: Rest
-    view: ClusterView
-    caches: tuple[WatchCache, ...]  # every cache started, the Kueue watch's included
-    kueue: KueueWatch
+    Made at start from the configuration alone. `connect` (its own thread) asks
+    GET /version until the server answers, with backoff and without end, then
+    opens the caches and calls back (leadership starts then). A replica never
+    falls back to admission-only because the API server did not answer when it
+    started: until it does, /readyz says why it is not ready, and the webhook's
+    view holds nothing, so a pod that a RayCluster may opt in is refused, never
+    let through ungated (issue 21).
+    """
+
+    def __init__(self, settings: Settings, found: Configured) -> None:
+        self.settings = settings
+        self.found = found
+        self.rest = Rest(ApiClient(found.config))
+        self.view = ClusterView.connecting()
+        self.caches: tuple[WatchCache, ...] = ()  # every cache started, the Kueue watch's included
+        self.kueue: KueueWatch | None = None
+        self.rayclusters: WatchCache | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._connected = threading.Event()
+        self._problem = "not tried yet"
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def connect(self, stop: threading.Event, on_connected: Callable[[], None]) -> None:
+        """Until `stop`: ask the server, then open the caches and call `on_connected` once."""
+        s = self.settings
+        backoff = Backoff(initial=min(0.5, s.connect_backoff_max_seconds),
+                          cap=s.connect_backoff_max_seconds)
+        said = ""
+        while not stop.is_set():
+            problem = probe(self.found.config, s.probe_timeout_seconds)
+            if problem is None:
+                try:
+                    if not self._open():
+                        return  # stopped meanwhile
+                except ApiError as exc:  # answered /version, then went again
+                    problem = f"reading API discovery: {exc}"
+                else:
+                    break
+            delay = backoff.next()
+            self._problem = f"{problem}; trying again within {delay:.1f}s"
+            if problem != said:
+                said = problem
+                log.warning("kubernetes API at %s (%s) does not answer: %s; not ready, trying "
+                            "again with backoff (admission-only only without a configured "
+                            "cluster, or with RAYKUEUE_CLUSTER=false)", self.found.host,
+                            self.found.source, problem)
+            stop.wait(delay)
+        if stop.is_set():
+            return
+        self._connected.set()
+        log.info("connected to the kubernetes API at %s (%s)", self.found.host, self.found.source)
+        on_connected()
+
+    def _open(self) -> bool:
+        """Discover the served versions and start the caches; False if stopped first."""
+        rest, s = self.rest, self.settings
+        ray_version = _served(rest, c.RAY_API_GROUP, "v1")
+        if not ray_version:
+            # Watched all the same: until KubeRay's CRDs exist the owner caches do
+            # not sync and the replica is not ready, rather than read no owner for
+            # good and let opted-in clusters' pods pass ungated once they do.
+            log.warning("ray.io is not served: install KubeRay's CRDs; not ready until then")
+        kueue_version = _served(rest, c.KUEUE_GROUP, "v1beta2", "v1beta1")
+        with self._lock:
+            if self._stopped:
+                return False
+            caches: list[WatchCache] = []
+
+            def cache(resource: r.Resource, transform: Transform) -> WatchCache:
+                made = WatchCache(rest, resource, transform=transform)
+                made.start()
+                caches.append(made)
+                return made
+
+            owners = {kind: cache(r.Resource(c.RAY_API_GROUP, ray_version or "v1", plural),
+                                  keep_metadata(kind))
+                      for kind, plural in ((c.RAYCLUSTER_KIND, "rayclusters"),
+                                           (c.RAYJOB_KIND, "rayjobs"),
+                                           (c.RAYSERVICE_KIND, "rayservices"))}
+            local_queues = cache(r.Resource(c.KUEUE_GROUP, kueue_version or "v1beta2",
+                                            "localqueues"), keep_metadata("LocalQueue"))
+            priority_classes = None
+            if s.set_pod_priority:
+                priority_classes = cache(
+                    r.Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
+                    keep_value)
+            # Kueue's managedJobsNamespaceSelector selects namespaces by their labels.
+            namespaces = cache(r.Resource("", "v1", "namespaces", namespaced=False), keep_labels)
+            kueue = KueueWatch(rest, s.kueue_namespace, s.kueue_config_map,
+                               EventRecorder(rest, "raykueue.io/coexist")).start()
+            self.caches = (*caches, *kueue.caches)
+            self.kueue = kueue
+            self.rayclusters = owners[c.RAYCLUSTER_KIND]
+            self.view.attach(owners, local_queues, priority_classes,
+                             kueue=lambda: kueue.snapshot.setup, namespaces=namespaces)
+        return True
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            caches = self.caches
+        for cache in caches:
+            cache.stop()
 
     def ready(self) -> tuple[bool, str]:
-        pending = [cache.resource.plural for cache in self.caches if not cache.synced]
+        if not self.connected:
+            return False, f"connecting to {self.found.host} ({self.found.source}): {self._problem}"
+        return True, f"connected to {self.found.host} ({self.found.source})"
+
+    def caches_ready(self) -> tuple[bool, str]:
+        if not self.connected:
+            return False, "not connected yet"
+        # Kueue's two are the "kueue" check's: a Configuration it cannot read is
+        # a finding there, not a replica that never becomes ready.
+        kueue = self.kueue.caches if self.kueue is not None else ()
+        pending = [cache for cache in self.caches if cache not in kueue and not cache.synced]
         if pending:
-            return False, "waiting for caches: " + ", ".join(pending)
+            return False, "waiting for caches: " + ", ".join(
+                cache.resource.plural + (f" ({cache.last_sync_error})" if cache.last_sync_error
+                                         else "") for cache in pending)
         return True, f"{len(self.caches)} caches synced"
+
+    def kueue_ready(self) -> tuple[bool, str]:
+        kueue = self.kueue
+        return kueue.probe() if kueue is not None else (False, "not connected yet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,29 +227,29 @@ class Runtime:
     # Campaigns for the Lease; runs the controller when it leads (if enabled).
     leadership: ControllerHost | None
     stop: threading.Event
-    threads: tuple[threading.Thread, ...]
+    # Grows once the cluster answers (leadership starts then).
+    threads: list[threading.Thread]
 
     def shutdown(self) -> None:
         self.stop.set()
         self.certificates.stop()
         if self.cluster is not None:
-            for cache in self.cluster.caches:
-                cache.stop()
-        for thread in self.threads:
+            self.cluster.stop()
+        for thread in list(self.threads):
             thread.join(timeout=10)
 
 
 def start(settings: Settings) -> Runtime:
-    """Connect, then certificates (they may come from a Secret), then leadership, then the app."""
+    """The cluster (connecting in the background), certificates (they may come from a
+    Secret), leadership (once the cluster answers), then the app."""
     stop = threading.Event()
     threads: list[threading.Thread] = []
-    cluster = connect(settings)
+    cluster = cluster_for(settings)
     rest = cluster.rest if cluster is not None else None
     leadership = None
     if rest is not None and (settings.controller or settings.cert_secret):
         leadership = ControllerHost(rest, settings, run_controller=settings.controller,
-                                    pods_ready=partial(pods_ready_with, settings, cluster.kueue
-                                                       if cluster is not None else None))
+                                    pods_ready=partial(pods_ready_with, settings, cluster))
     if settings.cert_secret:
         is_leader = leadership.is_leader if leadership is not None else _never
         certs = certificates.from_secret(settings, rest, is_leader, stop, threads)
@@ -128,19 +257,20 @@ def start(settings: Settings) -> Runtime:
         certs = certificates.from_cert_dir(settings, rest, stop, threads)
     readiness = [Readiness("certificates", certs.ready)]
     if cluster is not None:
-        readiness.append(Readiness("caches", cluster.ready))
+        readiness.append(Readiness("cluster", cluster.ready))
+        readiness.append(Readiness("caches", cluster.caches_ready))
         # Findings about Kueue's setup are reported here as detail, never as
         # unready: that would stop every opted-in Ray pod in the cluster.
-        readiness.append(Readiness("kueue", cluster.kueue.probe))
+        readiness.append(Readiness("kueue", cluster.kueue_ready))
     if leadership is not None:
         if certs.keeper is not None:
             leadership.on_elected(certs.keeper.wake)
-        thread = threading.Thread(target=leadership.run, args=(stop,), name="leadership",
-                                  daemon=True)
-        thread.start()
-        threads.append(thread)
         if settings.controller:
             readiness.append(Readiness("controller", leadership.status))
+    if cluster is not None:
+        _start_thread(threads, "connect", cluster.connect, stop,
+                      partial(_once_connected, cluster, leadership, settings, stop, threads))
+    log.info("gate lifts allowed for: %s", ", ".join(settings.controller_identities))
     view = cluster.view if cluster is not None else ClusterView.offline()
     app = build_app(
         partial(mutate_with, view, policy_from(settings)),
@@ -149,60 +279,52 @@ def start(settings: Settings) -> Runtime:
         settings.max_body_bytes,
         more={
             c.RAY_OBJECTS_FIRST_PATH: ("ray-objects-first", partial(
-                ray_object_with, view, Stage.FIRST, settings.autoscaler_allocate_timeout_seconds)),
+                ray_object_with, view, Stage.FIRST, ray_object_policy_from(settings))),
             c.RAY_OBJECTS_LAST_PATH: ("ray-objects-last", partial(
-                ray_object_with, view, Stage.LAST, settings.autoscaler_allocate_timeout_seconds)),
+                ray_object_with, view, Stage.LAST, ray_object_policy_from(settings))),
         },
     )
-    return Runtime(settings, app, certs, cluster, leadership, stop, tuple(threads))
+    return Runtime(settings, app, certs, cluster, leadership, stop, threads)
 
 
-def connect(settings: Settings) -> Cluster | None:
-    """The cluster's caches, started; None (admission-only) when no cluster answers."""
-    s = settings
-    api = load_api_client(s.kubeconfig, probe_timeout=s.probe_timeout_seconds) if s.cluster else None
-    if api is None:
+def cluster_for(settings: Settings) -> Cluster | None:
+    """The configured cluster, not yet connected; None (admission-only) only when none is
+    configured or RAYKUEUE_CLUSTER=false. Raises ClusterConfigError when one is
+    configured but cannot be loaded."""
+    try:
+        found = configured(settings.kubeconfig) if settings.cluster else None
+    except ClusterConfigError as exc:
+        raise ClusterConfigError(f"{exc}: a cluster is configured but unusable; fix that, or "
+                                 "run admission-only with RAYKUEUE_CLUSTER=false") from exc
+    if found is None:
         log.warning(
-            "no cluster reachable: running admission-only. Pods are decided from their own "
-            "labels and annotations; RayCluster opt-in, default LocalQueues and the "
-            "controller are unavailable"
-        )
+            "%s: running admission-only. Pods are decided from their own labels and "
+            "annotations; RayCluster opt-in, default LocalQueues and the controller are "
+            "unavailable", "RAYKUEUE_CLUSTER=false" if not settings.cluster
+            else "no cluster configured (not in a pod, no kubeconfig)")
         return None
-    rest = Rest(api)
-    caches: list[WatchCache] = []
+    return Cluster(settings, found)
 
-    def cache(resource: r.Resource, transform: Transform) -> WatchCache:
-        made = WatchCache(rest, resource, transform=transform)
-        made.start()
-        caches.append(made)
-        return made
 
-    owners: dict[str, WatchCache] = {}
-    ray_version = _served(rest, c.RAY_API_GROUP, "v1")
-    if ray_version:
-        for kind, plural in (
-            (c.RAYCLUSTER_KIND, "rayclusters"),
-            (c.RAYJOB_KIND, "rayjobs"),
-            (c.RAYSERVICE_KIND, "rayservices"),
-        ):
-            owners[kind] = cache(r.Resource(c.RAY_API_GROUP, ray_version, plural),
-                                 keep_metadata(kind))
-    else:
-        log.warning("ray.io is not served: install KubeRay's CRDs; opt-in on RayClusters "
-                    "cannot be read until then")
-    kueue_version = _served(rest, c.KUEUE_GROUP, "v1beta2", "v1beta1")
-    local_queues = cache(r.Resource(c.KUEUE_GROUP, kueue_version or "v1beta2", "localqueues"),
-                         keep_metadata("LocalQueue"))
-    priority_classes = None
-    if s.set_pod_priority:
-        priority_classes = cache(
-            r.Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
-            keep_value)
-    kueue = KueueWatch(rest, s.kueue_namespace, s.kueue_config_map,
-                       EventRecorder(rest, "raykueue.io/coexist")).start()
-    caches += kueue.caches
-    view = ClusterView(owners, local_queues, priority_classes, kueue=lambda: kueue.snapshot.setup)
-    return Cluster(rest, view, tuple(caches), kueue)
+def _start_thread(threads: list[threading.Thread], name: str, target: Callable[..., None],
+                  *args: object) -> None:
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread.start()
+    threads.append(thread)
+
+
+def _once_connected(cluster: Cluster, leadership: ControllerHost | None, settings: Settings,
+                    stop: threading.Event, threads: list[threading.Thread]) -> None:
+    """What needs the cluster's caches: the campaign for the Lease, and (with the
+    controller) the sweep for pods of opted-in clusters that the legacy webhook let
+    through ungated."""
+    if leadership is None:
+        return
+    _start_thread(threads, "leadership", leadership.run, stop)
+    if settings.controller and cluster.rayclusters is not None:
+        threads.append(UnaccountedPods(
+            cluster.rest, cluster.rayclusters.list, EventRecorder(cluster.rest, COMPONENT),
+            leadership.is_leader).start(stop, settings.unaccounted_interval_seconds))
 
 
 def _never() -> bool:

@@ -36,7 +36,12 @@ class Settings(BaseSettings):
     # (kubernetes.io/tls in pod_namespace). The Lease holder creates, rotates and
     # injects it; every replica reads it through the API every poll interval.
     cert_secret: str | None = None
-    pod_namespace: str = "raykueue-system"
+    # The namespace and ServiceAccount this pod runs as; the manifests and the
+    # chart hand both down from the pod itself (downward API), so they are right
+    # in whatever namespace raykueue is installed. Together they name the
+    # controller identity unless controller_identities is set.
+    pod_namespace: str = c.DEFAULT_NAMESPACE
+    service_account: str = c.DEFAULT_SERVICE_ACCOUNT
     cert_secret_poll_seconds: float = 10.0
     # Write our CA into the three webhook configurations' caBundle (in-cluster
     # installs; tests register their own webhooks with the CA they generated).
@@ -67,19 +72,27 @@ class Settings(BaseSettings):
 
     # --- cluster ---------------------------------------------------------------
     kubeconfig: str | None = None
-    # When False the server never contacts a cluster, even if one is configured.
+    # When False the server never contacts a cluster, even if one is configured
+    # (admission-only). Left True with no cluster configured it is admission-only too.
     cluster: bool = True
     probe_timeout_seconds: float = 3.0
+    # A configured cluster (in a pod, or a kubeconfig) that does not answer is asked
+    # again, with exponential backoff up to this many seconds, for as long as it
+    # takes; the replica is not ready meanwhile and never runs admission-only.
+    connect_backoff_max_seconds: float = Field(default=15.0, gt=0)
     # How long the controller waits for its caches before it says so and waits on.
     cache_sync_timeout_seconds: float = 60.0
 
     # --- admission policy ------------------------------------------------------
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
     worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
-    # Usernames allowed to lift the gate (the controller's ServiceAccount).
-    controller_identities: CommaList = Field(
-        default_factory=lambda: [c.DEFAULT_CONTROLLER_IDENTITY]
-    )
+    # WorkloadPriorityClasses only heads may name (a worker pod or worker group
+    # template naming one is denied). Empty: the head class alone.
+    head_only_priority_classes: CommaList = Field(default_factory=list)
+    # Usernames allowed to lift the gate. Unset: the controller's own account,
+    # system:serviceaccount:<pod_namespace>:<service_account> (filled in below).
+    # Set it only when another process (or account) runs the controller.
+    controller_identities: CommaList = Field(default_factory=list)
     # Off by default: also set the pod's Kubernetes PriorityClass.
     set_pod_priority: bool = False
     head_pod_priority_class: str = "ray-head"
@@ -109,6 +122,9 @@ class Settings(BaseSettings):
     # every stuck_interval_seconds.
     stuck_grace_seconds: float = 120.0
     stuck_interval_seconds: float = 15.0
+    # The leader lists the pods raykueue does not manage of each opted-in RayCluster
+    # this often and evicts those running outside quota (controller/unaccounted.py).
+    unaccounted_interval_seconds: float = Field(default=60.0, gt=0)
     leader_election: bool = True
     # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
     # manifests set it from the downward API), else "default", so that
@@ -122,7 +138,12 @@ class Settings(BaseSettings):
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0
 
-    @field_validator("dns_names", "ip_addresses", "controller_identities", mode="before")
+    @property
+    def head_only_classes(self) -> frozenset[str]:
+        return frozenset(self.head_only_priority_classes or [self.head_priority_class])
+
+    @field_validator("dns_names", "ip_addresses", "controller_identities", "head_only_priority_classes",
+                     mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
@@ -131,6 +152,24 @@ class Settings(BaseSettings):
                 return orjson.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _controller_identity(self) -> Settings:
+        # A fixed default named raykueue-system's account: installed anywhere
+        # else (Helm's release namespace), no gate was ever lifted (issue 21).
+        if not self.controller_identities:
+            self.controller_identities = [
+                c.service_account_user(self.pod_namespace, self.service_account)]
+        return self
+
+    @model_validator(mode="after")
+    def _worker_class_is_not_head_only(self) -> Settings:
+        if self.worker_priority_class in self.head_only_classes:
+            raise ValueError(
+                f"RAYKUEUE_WORKER_PRIORITY_CLASS={self.worker_priority_class} is one of the head-only "
+                f"classes {sorted(self.head_only_classes)} (RAYKUEUE_HEAD_ONLY_PRIORITY_CLASSES): every "
+                "worker would be denied")
+        return self
 
     @model_validator(mode="after")
     def _lease_timing(self) -> Settings:

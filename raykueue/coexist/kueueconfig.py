@@ -6,7 +6,10 @@ key `controller_manager_config.yaml`). Defaults are Kueue v0.19.2's
 managed-namespace selector excludes kube-system and kueue-system, and in v1beta2
 `waitForPodsReady` is on unless the `DisableWaitForPodsReady` feature gate is
 (`pkg/util/waitforpodsready`); v1beta1 needs `waitForPodsReady.enable: true`.
-When the ConfigMap cannot be read, Kueue is assumed to run as shipped.
+When the ConfigMap cannot be read, Kueue is assumed to run as shipped, and
+`read_configuration` says why, for a finding (never silently: Kueue's Helm
+chart names it `<release>-manager-config` in the release namespace, and the
+namespace and name raykueue reads are settings).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from raykueue.coexist.selectors import matches, namespace_labels
+from raykueue.coexist.selectors import matches
 from raykueue.core import contract as c
 
 CONFIG_KEY = "controller_manager_config.yaml"
@@ -60,10 +63,13 @@ class KueueSetup:
     def pod_integration(self) -> bool:
         return "pod" in self.frameworks
 
-    def manages_unqueued_in(self, namespace: str) -> bool:
-        """Whether Kueue takes jobs without a queue label in `namespace`."""
-        return self.manage_jobs_without_queue_name and matches(
-            self.managed_namespaces, namespace_labels(namespace))
+    def manages_unqueued_in(self, namespace: Mapping[str, str]) -> bool:
+        """Whether Kueue takes jobs without a queue label in the namespace with these labels.
+
+        Judged by the namespace's labels, as Kueue's managedJobsNamespaceSelector
+        reads them (Kueue's documented selector is `kueue-managed=true`).
+        """
+        return self.manage_jobs_without_queue_name and matches(self.managed_namespaces, namespace)
 
 
 ASSUMED = KueueSetup(frozenset(SHIPPED_FRAMEWORKS), False, DEFAULT_MANAGED_NAMESPACES, True,
@@ -91,3 +97,23 @@ def parse(text: str, source: str) -> KueueSetup:
         wait = gates.get("DisableWaitForPodsReady") is not True
     return KueueSetup(frozenset(str(f) for f in frameworks),
                       bool(cfg.get("manageJobsWithoutQueueName", False)), selector, wait, source)
+
+
+def read_configuration(config_map: Mapping[str, Any] | None, source: str,
+                       error: str | None = None) -> tuple[KueueSetup, str | None]:
+    """Kueue's setup from its ConfigMap, and why it could not be read (None when it was).
+
+    `error` is why the ConfigMap could not be fetched at all (forbidden, say);
+    None with no ConfigMap means the API server has none of that name.
+    """
+    if error is not None:
+        return ASSUMED, f"not readable: {error}"
+    if config_map is None:
+        return ASSUMED, "not found"
+    text = (config_map.get("data") or {}).get(CONFIG_KEY)
+    if text is None:
+        return ASSUMED, f"has no key {CONFIG_KEY}"
+    try:
+        return parse(text, source), None
+    except BadConfig as exc:
+        return ASSUMED, str(exc)

@@ -5,6 +5,11 @@ configurations, trimmed to what the rules read). Every change recomputes the
 setup and the findings; a new finding is logged, counted in
 `raykueue_kueue_overlap` and recorded as an Event on Kueue's ConfigMap; one
 that is gone resets its gauge. /readyz and `raykueue explain` read `snapshot`.
+
+A ConfigMap that is not there, cannot be read (RBAC names one ConfigMap) or
+holds no Configuration is itself a finding, `KueueConfigurationUnread`: the
+setup is then assumed, and saying so is the only honest answer. It never makes
+the replica unready, as no finding does.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raykueue.coexist.findings import KINDS, Finding, findings
-from raykueue.coexist.kueueconfig import ASSUMED, CONFIG_KEY, BadConfig, KueueSetup, parse
+from raykueue.coexist.findings import KINDS, Finding, findings, unread
+from raykueue.coexist.kueueconfig import ASSUMED, KueueSetup, read_configuration
 from raykueue.coexist.metrics import KUEUE_OVERLAP
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
@@ -52,9 +57,11 @@ class KueueWatch:
         self._recorder = recorder
         self._lock = threading.Lock()
         self._snapshot = Snapshot(ASSUMED, ())
-        self.config_error: str | None = None
         for cache in (self._config, self._hooks):
             cache.add_handler(lambda _type, _obj: self.refresh())
+        # An absent or forbidden ConfigMap brings no event: its list (or its
+        # failure) has to be a reason to look again too.
+        self._config.add_sync_handler(lambda _error: self.refresh())
 
     @property
     def caches(self) -> tuple[WatchCache, ...]:
@@ -76,18 +83,16 @@ class KueueWatch:
 
     def refresh(self) -> Snapshot:
         config_map = next(iter(self._config.list()), None)
-        setup, error = ASSUMED, None
-        text = ((config_map or {}).get("data") or {}).get(CONFIG_KEY)
-        if text is not None:
-            try:
-                setup = parse(text, self.source)
-            except BadConfig as exc:
-                error = str(exc)
+        error = None if self._config.synced else self._config.last_sync_error
+        setup, problem = read_configuration(config_map, self.source, error)
+        if problem is not None and not self._config.synced and error is None:
+            problem = None  # the first list is still on its way
         found = tuple(findings(setup, self._hooks.list()))
+        if problem is not None:
+            found = (unread(self.source, problem), *found)
         with self._lock:
             before = {f.kind for f in self._snapshot.findings}
             self._snapshot = Snapshot(setup, found)
-            self.config_error = error
         for kind in KINDS:
             KUEUE_OVERLAP.labels(kind).set(1 if any(f.kind == kind for f in found) else 0)
         for finding in found:
@@ -99,31 +104,37 @@ class KueueWatch:
         return self._snapshot
 
     def probe(self) -> tuple[bool, str]:
-        """For /readyz: always ready (failing would block every Ray pod), the findings as detail."""
-        if not all(cache.synced for cache in self.caches):
-            return False, "waiting for Kueue's Configuration and webhook configurations"
+        """For /readyz: ready once both are read or found unreadable (failing would block
+        every Ray pod), the findings as detail."""
         snap = self.snapshot
-        where = snap.setup.source + (f" ({self.config_error})" if self.config_error else "")
+        unread_found = any(f.kind == "KueueConfigurationUnread" for f in snap.findings)
+        waiting = [what for what, cache in (("Kueue's Configuration", self._config),
+                                            ("webhook configurations", self._hooks))
+                   if not cache.synced and not (cache is self._config and unread_found)]
+        if waiting:
+            return False, "waiting for " + " and ".join(waiting)
         if not snap.findings:
-            return True, f"no overlap with Kueue; {where}"
+            return True, f"no overlap with Kueue; {snap.setup.source}"
         return True, "; ".join(f"{f.kind}: {f.message}" for f in snap.findings)
 
 
 def read_findings(rest: Rest, namespace: str, config_map: str) -> list[Finding]:
     """One-shot reads for the CLI (`raykueue explain`): the same rules, no watch."""
     source = f"ConfigMap {namespace}/{config_map}"
-    setup = ASSUMED
+    found: dict[str, Any] | None = None
+    error: str | None = None
     try:
         found = rest.get(CONFIG_MAPS.path(namespace, config_map))
-        text = (found.get("data") or {}).get(CONFIG_KEY)
-        if text is not None:
-            setup = parse(text, source)
-    except (ApiError, BadConfig) as exc:
-        log.debug("Kueue's Configuration not read: %s", exc)
+    except ApiError as exc:
+        if not exc.is_not_found:
+            error = str(exc)
+    setup, problem = read_configuration(found, source, error)
+    notes = [unread(source, problem)] if problem is not None else []
     try:
         hooks = rest.get(r.MUTATING_WEBHOOK_CONFIGURATIONS.path()).get("items") or []
     except ApiError:
-        unread = Finding("Unknown", "webhook configurations not readable: the order of Kueue's and "
+        unread_hooks = Finding("Unknown", "webhook configurations not readable: the order of Kueue's and "
                                     "raykueue's webhooks was not checked")
-        return [unread, *(f for f in findings(setup, []) if f.kind != "RaykueueWebhookMissing")]
-    return findings(setup, hooks)
+        return [*notes, unread_hooks,
+                *(f for f in findings(setup, []) if f.kind != "RaykueueWebhookMissing")]
+    return [*notes, *findings(setup, hooks)]

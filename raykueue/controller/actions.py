@@ -126,9 +126,19 @@ FINISHED_DUPLICATE: Final = "Duplicate"
 GANG_MOVED_IN: Final = "MovedIntoGang"
 # A gang's base deleted to be made again: its head went, or Kueue evicted it.
 GANG_REQUEUED: Final = "GangRequeued"
+# A pending base deleted to be made again with the counts minReplicas now asks for.
+GANG_REMADE: Final = "GangMinReplicasChanged"
+# A gang pod past the gate that no admitted Workload covers: evicted (KubeRay recreates it gated).
+GANG_UNCOVERED: Final = "GangPodNotCovered"
 
 WARN_PRIORITY_CLASS: Final = "PriorityClassNotFound"
 WARN_NO_QUEUE: Final = "NoQueue"
 WARN_FINISHED_WHILE_GATED: Final = "WorkloadFinished"
 WARN_UNGATED_NOT_ADMITTED: Final = "RunningWithoutAdmission"
 WARN_LABEL_REMOVED: Final = "ManagedByLabelRemoved"
+# Eviction reason (event, metric) of a pod that ran past our gate and lost its
+# Workload (deleted by hand): Kueue no longer counted it.
+EVICTED_WORKLOAD_DELETED: Final = "WorkloadDeleted"
+# Evictions raykueue decides itself (every other reason is Kueue's).
+OWN_EVICTIONS: Final = frozenset({GANG_REQUEUED, GANG_UNCOVERED, CONFLICT_FORGED_WORKLOAD,
+                                  EVICTED_WORKLOAD_DELETED})

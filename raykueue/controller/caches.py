@@ -1,4 +1,4 @@
-"""The controller's four watch caches, and what they keep of each object."""
+"""The controller's five watch caches, and what they keep of each object."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -37,6 +37,9 @@ class Cache(Protocol):
 
 
 CacheFactory = Callable[..., Cache]
+
+
+RAYCLUSTERS: Final = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
 
 
 def workload_resource(version: str) -> r.Resource:
@@ -184,12 +187,70 @@ def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
     return p.SlimPod(out, w.pod_sizing(obj), orjson.dumps(full) if buildable else None)
 
 
+# Of a head pod that may not be ours: whether it is past every gate and alive.
+HEAD_SPEC_KEPT: Final = ("schedulingGates",)
+HEAD_STATUS_KEPT: Final = ("phase",)
+
+
+def slim_head(obj: dict[str, Any]) -> dict[str, Any]:
+    """Cache transform for every Ray head pod: who it is and whether it runs.
+
+    A head raykueue did not create (the opt-in came later, or raykueue was
+    installed while the cluster ran) has none of our labels; its workers still
+    wait for it (issue 21). That is all the controller asks of it.
+    """
+    out = _kind_and_meta(obj, _POD_META_SHARED)
+    out["spec"] = _pick(obj.get("spec"), HEAD_SPEC_KEPT)
+    out["status"] = _pick(obj.get("status"), HEAD_STATUS_KEPT)
+    return out
+
+
+def foreign_heads(heads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Head pods without raykueue's label: ours are in the pod cache already."""
+    return [x for x in heads if labels(x).get(c.MANAGED_BY_LABEL) != c.MANAGED_BY_VALUE]
+def slim_raycluster(obj: dict[str, Any]) -> dict[str, Any]:
+    """Cache transform: of a RayCluster, its metadata and each worker group's name,
+    minimum and the workers it is told to delete: what a gang's base follows."""
+    out = _kind_and_meta(obj)
+    groups = (obj.get("spec") or {}).get("workerGroupSpecs")
+    if isinstance(groups, list):
+        out["spec"] = {"workerGroupSpecs": [
+            {**_pick(x, ("groupName", "minReplicas", "numOfHosts")),
+             "scaleStrategy": _pick(x.get("scaleStrategy"), ("workersToDelete",))}
+            for x in groups if isinstance(x, dict)]}
+    return out
+
+
+def workers_to_delete(raycluster: dict[str, Any]) -> frozenset[str]:
+    """Pods the RayCluster tells KubeRay to delete next (the autoscaler's victims)."""
+    out: set[str] = set()
+    for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
+        strategy = group.get("scaleStrategy") if isinstance(group, dict) else None
+        names = strategy.get("workersToDelete") if isinstance(strategy, dict) else None
+        out.update(str(x) for x in names or [])
+    return frozenset(out)
+
+
+def min_replicas(raycluster: dict[str, Any]) -> dict[str, int]:
+    """Each worker group's base count, minReplicas x numOfHosts, as KubeRay makes pods."""
+    out: dict[str, int] = {}
+    for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
+        if not isinstance(group, dict) or not isinstance(group.get("groupName"), str):
+            continue
+        count, hosts = group.get("minReplicas"), group.get("numOfHosts")
+        count = count if isinstance(count, int) and count > 0 else 0
+        out[group["groupName"]] = count * (hosts if isinstance(hosts, int) and hosts > 0 else 1)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Caches:
     pods: Cache  # ours only, by the managed-by label
     workloads: Cache  # all, not just ours: one Kueue made for our pod is a conflict
     flavors: Cache
     priority_classes: Cache
+    heads: Cache  # every Ray head pod, ours or not (ray.io/node-type=head): one per cluster
+    rayclusters: Cache  # a gang's base follows its worker groups' minReplicas
 
     @classmethod
     def open(cls, rest: Rest, config: ControllerConfig, version: str,
@@ -205,11 +266,15 @@ class Caches:
             flavors=make(rest, kueue_resource(version, "resourceflavors", namespaced=False)),
             priority_classes=make(rest, kueue_resource(version, "workloadpriorityclasses",
                                                        namespaced=False)),
+            heads=make(rest, r.PODS, namespace=ns,
+                       label_selector=f"{c.NODE_TYPE_LABEL}={c.ROLE_HEAD}", transform=slim_head),
+            rayclusters=make(rest, RAYCLUSTERS, namespace=ns, transform=slim_raycluster),
         )
 
     @property
     def all(self) -> tuple[Cache, ...]:
-        return (self.pods, self.workloads, self.flavors, self.priority_classes)
+        return (self.pods, self.workloads, self.flavors, self.priority_classes, self.heads,
+                self.rayclusters)
 
     def start(self) -> None:
         for cache in self.all:
@@ -220,10 +285,12 @@ class Caches:
             cache.stop()
 
     def wait_synced(self, stop: threading.Event, timeout: float) -> bool:
-        """True once every cache holds its initial list; False if `stop` came first."""
+        """True once every cache but the RayClusters' holds its initial list; False if
+        `stop` came first. Without KubeRay's CRD the controller still runs: a gang's
+        base counts then come from what the webhook stamped on its pods."""
         deadline = time.monotonic() + timeout
         while not stop.is_set():
-            if all(cache.wait_synced(0.2) for cache in self.all):
+            if all(cache.wait_synced(0.2) for cache in self.all if cache is not self.rayclusters):
                 return True
             if time.monotonic() > deadline:
                 log.warning("caches not synced after %.0fs; still waiting", timeout)

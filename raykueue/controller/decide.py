@@ -21,6 +21,7 @@ from raykueue.controller.actions import (
     CONFLICT_FORGED_WORKLOAD,
     CONFLICT_KUEUE_POD,
     CONFLICT_KUEUE_WORKLOAD,
+    EVICTED_WORKLOAD_DELETED,
     FINISHED_DUPLICATE,
     FINISHED_EVICTED,
     FINISHED_FAILED,
@@ -45,7 +46,7 @@ from raykueue.controller.actions import (
 )
 from raykueue.controller.current import claims
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, labels, metadata
+from raykueue.core.objects import Obj, gate_names, labels, metadata
 from raykueue.core.pods import kueue_claims, role_of
 
 
@@ -160,9 +161,7 @@ def needs_live_pod(workloads: Iterable[Obj], departed: Obj | None) -> bool:
 
 def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
     if not p.is_gated(pod):
-        # Lifted already (its Workload since deleted by hand) or never ours to
-        # gate: a Workload now would queue a pod that is already running.
-        return []
+        return _running_without_workload(pod)
     if labels(pod).get(c.GANG_LABEL):
         # Its cluster's pass decides: a slot in the base, or a Workload of its own.
         return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
@@ -185,6 +184,24 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
                     Wait(f"WorkloadPriorityClass {class_name} missing")]
         priority = w.Priority(class_name, value)
     return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
+
+
+def _running_without_workload(pod: Obj) -> list[Action]:
+    """A pod of ours past the gate with no Workload: it was admitted, and its Workload
+    has since been deleted (by someone allowed to delete Workloads). Kueue counts it no
+    more while it runs; a new Workload would not change that, as a running pod cannot
+    be gated again. Deleted, KubeRay recreates it behind the gate and it queues again
+    (issue 21: no way around quota)."""
+    role = role_of(pod)
+    if labels(pod).get(c.GANG_LABEL) or role not in c.MANAGED_ROLES:
+        # A gang's pods count in their cluster's base (its pass decides); a pod
+        # that is not a Ray head or worker was never gated by raykueue.
+        return []
+    return [EvictPod(
+        w.workload_name(pod), EVICTED_WORKLOAD_DELETED,
+        f"Workload {w.workload_name(pod)} of running pod {p.name(pod)} was deleted, so Kueue "
+        "no longer counted the pod against its queue's quota; the pod is deleted so that "
+        "KubeRay recreates it and it queues again", role == c.ROLE_HEAD)]
 
 
 def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
@@ -217,6 +234,11 @@ def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
         ]
 
     if not w.is_admitted(wl):
+        if not p.is_gated(pod) and labels(pod).get(c.GANG_LABEL):
+            # A base pod moving out (minReplicas lowered): the base covers it until
+            # this Workload is admitted; its cluster's pass judges (gang_decide).
+            return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: covered by the base until "
+                         f"Workload {name} is admitted")]
         if not p.is_gated(pod):
             return [Warn(WARN_UNGATED_NOT_ADMITTED,
                          f"pod {p.name(pod)} is not gated but its Workload {name} is not admitted; "
@@ -255,7 +277,9 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
     """Whether a cluster's head can run: given each head pod with its Workload.
 
     A head counts when its Workload is admitted (and not evicted or finished),
-    or when it is already past the gate (running) and not being deleted.
+    or, with no Workload of ours, when it is past every scheduling gate (ours
+    lifted, or a head raykueue never gated whose Kueue gate, if any, is gone)
+    and neither being deleted nor ended.
     """
     for pod, wl in heads:
         if p.is_deleting(pod) or p.is_terminal(pod):
@@ -265,7 +289,7 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
                     and w.mismatch(wl, pod) is None):
                 return True
             continue
-        if not p.is_gated(pod):
+        if not gate_names(pod):
             return True
     return False
 

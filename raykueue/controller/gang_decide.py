@@ -1,40 +1,52 @@
 """What to do for one gang cluster, given its pods and Workloads: no I/O.
 
 `controller.gang.plan` is the rule; this turns it into actions (each for a
-pod, or for the base itself) and builds the base Workload. The per-pod
-`decide` keeps doing everything for an extra that has a Workload of its own
-(gate lift, readiness, release); it only never creates one for a gang pod.
+pod, or for the base itself). The per-pod `decide` keeps doing everything for
+an extra that has a Workload of its own (gate lift, readiness, release); it
+only never creates one for a gang pod. Building and trusting the base is
+`controller.gang_base`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from raykueue.controller import gang as g
+from raykueue.controller import gang_base as gb
 from raykueue.controller import placement
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
-from raykueue.controller import workload_status as ws
 from raykueue.controller.actions import (
+    CONFLICT_FORGED_WORKLOAD,
     FINISHED_EVICTED,
     GANG_MOVED_IN,
+    GANG_REMADE,
     GANG_REQUEUED,
+    GANG_UNCOVERED,
     WARN_PRIORITY_CLASS,
     Action,
     CreateWorkload,
     DeleteWorkload,
     EvictPod,
+    ReportConflict,
     SetPodsReady,
     SetReclaimable,
     Wait,
     Warn,
 )
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, annotations, labels, metadata
+from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.pods import role_of
+
+# Re-exported: the names readers of gang clusters use.
+base_name = gb.base_name
+group_of = gb.group_of
+is_base = gb.is_base
+is_gang_pod = gb.is_gang_pod
+mins_of = gb.mins_of
+raycluster_ref = gb.raycluster_ref
 
 # A gang's pass runs under this key name: no pod can be called so (a pod name
 # is a DNS-1123 subdomain, without ':').
@@ -52,85 +64,57 @@ def cluster_of_key(name: str) -> str | None:
     return name[len(KEY_PREFIX):] if name.startswith(KEY_PREFIX) else None
 
 
-def is_gang_pod(pod: Obj) -> bool:
-    return bool(labels(pod).get(c.GANG_LABEL))
-
-
-def is_base(wl: Obj) -> bool:
-    return bool(labels(wl).get(c.GANG_LABEL)) and w.owner_pod(wl) is None
-
-
-def base_name(cluster: str, raycluster_uid: str) -> str:
-    return f"{cluster[:200].rstrip('-.')}-gang-{w.short_hash(raycluster_uid)}"
-
-
-def raycluster_ref(pod: Obj) -> Mapping[str, Any] | None:
-    for ref in metadata(pod).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("kind") == c.RAYCLUSTER_KIND and ref.get("uid"):
-            return ref
-    return None
-
-
-def group_of(pod: Obj) -> str:
-    if role_of(pod) == c.ROLE_HEAD:
-        return g.HEAD_GROUP
-    return str(labels(pod).get(c.GROUP_LABEL) or "")
-
-
-def mins_of(pod: Obj) -> dict[str, int] | None:
-    """The base counts the webhook stamped on the pod, None when unreadable."""
-    try:
-        value = json.loads(annotations(pod).get(c.GANG_MIN_ANNOTATION) or "")
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    return g.minimum({str(k): v for k, v in value.items() if isinstance(v, int)})
-
-
 @dataclass(frozen=True, slots=True)
 class GangContext:
     version: str = w.V1BETA2
     pods_ready: bool = True
     flavors: Mapping[str, Obj] = field(default_factory=dict)
     priority_values: Mapping[str, int] = field(default_factory=dict)
-    # The RayCluster itself is gone or going (asked only when the head is gone): its
-    # pods go with it, so there is nothing to requeue, only the base to delete.
+    # The RayCluster itself is gone or going (asked only when the head is gone, or pods
+    # are past the gate with no base): its pods go with it, so there is nothing to
+    # requeue or evict, only the base to delete.
     cluster_gone: bool = False
+    # Each worker group's minReplicas x numOfHosts as the RayCluster says now; None
+    # when it is not known, and the counts the webhook stamped on the pods serve.
+    min_replicas: Mapping[str, int] | None = None
+    # uid -> group of pods this controller released under the base and has not
+    # seen go: they hold their slots even where a snapshot is behind them.
+    released: Mapping[str, str] = field(default_factory=dict)
+    # Pods the RayCluster tells KubeRay to delete next: going, so no slot is planned on them.
+    victims: frozenset[str] = frozenset()
 
 
-def base_state(base: Obj | None) -> g.Base:
-    if base is None:
-        return g.Base()
-    reclaimed = ws.reclaimable(base)
-    admitted = w.is_admitted(base) and not w.is_evicted(base) and not w.is_finished(base)
-    return g.Base(exists=True, admitted=admitted, reclaimed=reclaimed)
+def _leaving(wl: Obj | None) -> bool:
+    """An extra whose own Workload Kueue evicted or that ended: the per-pod pass deletes it."""
+    return wl is not None and (w.is_evicted(wl) or w.is_finished(wl))
 
 
-def members(pods: Sequence[Obj], own: Mapping[str, Obj]) -> list[g.Member]:
-    """Live pods (not being deleted, not ended) as the rule sees them."""
-    return [g.Member(p.uid(x), group_of(x), str(metadata(x).get("creationTimestamp") or ""),
-                     own_workload=p.uid(x) in own)
-            for x in pods if not (p.is_deleting(x) or p.is_terminal(x))]
+def members(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
+            released: Mapping[str, str] | None = None,
+            victims: frozenset[str] = frozenset()) -> list[g.Member]:
+    """Live pods (not being deleted, not ended, not leaving) as the rule sees them."""
+    released = released or {}
+    out: list[g.Member] = []
+    for x in pods:
+        uid = p.uid(x)
+        wl = own.get(uid)
+        if p.is_deleting(x) or p.is_terminal(x) or _leaving(wl):
+            continue
+        out.append(g.Member(
+            uid, gb.group_of(x), str(metadata(x).get("creationTimestamp") or ""),
+            own_workload=wl is not None, released=not p.is_gated(x) or uid in released,
+            own_admitted=wl is not None and w.is_admitted(wl),
+            fits=base is None or gb.fits(x, base), going=p.name(x) in victims))
+    return out
 
 
-def build_base(name: str, head: Obj, oldest: Mapping[str, Obj], mins: Mapping[str, int],
-               priority: w.Priority | None, version: str) -> dict[str, Any]:
-    """One podSet per group, from the group's oldest pod: Kueue admits it all or nothing."""
-    body = w.build_workload(head, priority, version)
-    body["metadata"]["name"] = name
-    cluster = str(labels(head).get(c.CLUSTER_LABEL) or "")
-    body["metadata"]["labels"] = {c.CLUSTER_LABEL: cluster, c.GANG_LABEL: cluster,
-                                  c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}
-    ref = raycluster_ref(head) or {}
-    # Not a controller reference: Kueue's RayCluster reconciler must not take it as its own.
-    body["metadata"]["ownerReferences"] = [{
-        "apiVersion": ref.get("apiVersion"), "kind": c.RAYCLUSTER_KIND, "name": ref.get("name"),
-        "uid": ref.get("uid"), "controller": False, "blockOwnerDeletion": False}]
-    body["spec"]["podSets"] = [
-        {"name": group, "count": n, "template": w.pod_set_template(oldest[group])}
-        for group, n in sorted(mins.items(), key=lambda x: (x[0] != g.HEAD_GROUP, x[0]))]
-    return body
+def _unseen(pods: Sequence[Obj], released: Mapping[str, str]) -> dict[str, int]:
+    seen = {p.uid(x) for x in pods}
+    out: dict[str, int] = {}
+    for uid, group in released.items():
+        if uid not in seen:
+            out[group] = out.get(group, 0) + 1
+    return out
 
 
 def _priority(pod: Obj, ctx: GangContext) -> w.Priority | Warn | None:
@@ -144,14 +128,39 @@ def _priority(pod: Obj, ctx: GangContext) -> w.Priority | Warn | None:
     return w.Priority(class_name, value)
 
 
-def _requeue(base: Obj, base_pods: Sequence[Obj], reason: str, message: str) -> list[Step]:
-    """The base goes whole: its pods are evicted (KubeRay recreates them gated)."""
+def _requeue(base: Obj, live: Sequence[Obj], reason: str, message: str) -> list[Step]:
+    """The gang goes back to its start: every pod is evicted (KubeRay recreates them
+    gated) and the base deleted. The extras too: a Ray worker serves nothing without
+    its head, and Kueue, preempting the base, may leave an extra it took first admitted
+    (it adds back what the preemptor does not need)."""
     steps: list[Step] = [(p.name(x), EvictPod(p.name(base), reason, message,
                                               role_of(x) == c.ROLE_HEAD))
-                         for x in base_pods if not p.is_deleting(x)]
+                         for x in live if not p.is_deleting(x)]
     if not w.is_deleting(base):
         steps.append((None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED, message)))
     return steps
+
+
+def _refuse(base: Obj, head: Obj, live: Sequence[Obj], in_base: Sequence[Obj],
+            why: str) -> list[Step]:
+    """A base that is not the one raykueue makes: reported, and deleted to be made again.
+
+    If pods were released under it, the gang is requeued whole (their quota was never
+    what they ask).
+    """
+    message = (f"Workload {p.name(base)} stands as gang {labels(head).get(c.GANG_LABEL)}'s base "
+               f"but is not the one raykueue makes ({why}); it is deleted and made again")
+    steps: list[Step] = [(p.name(head), ReportConflict(CONFLICT_FORGED_WORKLOAD, message,
+                                                        workload=p.name(base)))]
+    if any(not p.is_gated(x) for x in in_base):
+        return steps + _requeue(base, live, CONFLICT_FORGED_WORKLOAD, message)
+    return [*steps, (None, DeleteWorkload(p.name(base), p.uid(base), CONFLICT_FORGED_WORKLOAD, message))]
+
+
+def _mins(live: Sequence[Obj], heads: Sequence[Obj], ctx: GangContext) -> dict[str, int] | None:
+    if ctx.min_replicas is not None:
+        return g.minimum(ctx.min_replicas)
+    return next((m for m in (gb.mins_of(x) for x in [*heads, *live]) if m is not None), None)
 
 
 def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
@@ -161,44 +170,73 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
     live = [x for x in pods if not (p.is_deleting(x) or p.is_terminal(x))]
     heads = sorted((x for x in live if role_of(x) == c.ROLE_HEAD),
                    key=lambda x: str(metadata(x).get("creationTimestamp")))
-    mins = next((m for m in (mins_of(x) for x in heads + live) if m is not None), None)
+    mins = _mins(live, heads, ctx)
     if mins is None:
         return [(None, Wait("no gang pod carries its base counts"))], g.Plan()
     if base is not None and w.is_deleting(base):
         return [(None, Wait(f"base Workload {p.name(base)} is being deleted"))], g.Plan()
-    state = base_state(base)
-    plan = g.plan(members(pods, own), mins, state)
-    in_base = [x for x in pods if p.uid(x) not in own]
+    in_base = [x for x in live if p.uid(x) not in own]
+    if base is not None and heads:
+        why = gb.mismatch(base, heads[0], [x for x in in_base if not p.is_gated(x)])
+        if why is not None:
+            return _refuse(base, heads[0], live, in_base, why), g.Plan(waiting=why)
+    state = gb.base_state(base)
+    plan = g.plan(members(pods, own, base, ctx.released, ctx.victims), mins, state,
+                  _unseen(pods, ctx.released))
 
     if base is not None and w.is_evicted(base):
         cond = w.condition(base, w.EVICTED) or {}
-        return _requeue(base, in_base, str(cond.get("reason") or FINISHED_EVICTED),
+        return _requeue(base, live, str(cond.get("reason") or FINISHED_EVICTED),
                         str(cond.get("message") or "evicted by Kueue")), plan
+    if base is None and ctx.cluster_gone:
+        return [(None, Wait("the RayCluster is gone: its pods go with it"))], plan
     if plan.requeue and base is not None and ctx.cluster_gone:
         return [(None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED,
                                       "the RayCluster is gone: its pods go with it"))], plan
     if plan.requeue and base is not None:
-        return _requeue(base, in_base, GANG_REQUEUED, "the gang's head is gone"), plan
+        return _requeue(base, live, GANG_REQUEUED, "the gang's head is gone"), plan
 
-    steps: list[Step] = []
+    steps = _evict_uncovered([by_uid[u] for u in plan.uncovered], base)
     if plan.create_base:
-        head = heads[0]
-        priority = _priority(head, ctx)
-        if isinstance(priority, Warn):
-            return [(p.name(head), priority)], plan
-        ref = raycluster_ref(head)
-        if ref is None:
-            return [(None, Wait("the head pod has no RayCluster owner"))], plan
-        oldest: dict[str, Obj] = {}
-        for x in sorted(live, key=lambda x: (str(metadata(x).get("creationTimestamp")), p.uid(x))):
-            oldest.setdefault(group_of(x), x)
-        name = base_name(str(labels(head).get(c.CLUSTER_LABEL)), str(ref["uid"]))
-        steps.append((None, CreateWorkload(build_base(name, head, oldest, mins, priority,
-                                                      ctx.version), ROLE)))
-        return steps, plan
+        return steps + _create_base(live, heads, mins, ctx), plan
+    if plan.remake_base and base is not None:
+        message = (f"minReplicas is now {gb.describe_counts(mins)}, the pending base asks "
+                   f"{gb.describe_counts(gb.spec_counts(base))}: it is made again")
+        return [*steps, (None, DeleteWorkload(p.name(base), p.uid(base), GANG_REMADE, message))], plan
     if base is None or not state.admitted:
-        return [(None, Wait(plan.waiting))], plan
+        return [*steps, (None, Wait(plan.waiting))], plan
+    return steps + _admitted(plan, base, by_uid, own, ctx), plan
 
+
+def _evict_uncovered(pods: Sequence[Obj], base: Obj | None) -> list[Step]:
+    where = f"the gang's base {p.name(base)} has no slot left for it" if base is not None \
+        else "the gang has no base Workload"
+    return [(p.name(x), EvictPod("", GANG_UNCOVERED,
+                                 f"pod {p.name(x)} is past the gate but no admitted Workload "
+                                 f"covers it ({where})", role_of(x) == c.ROLE_HEAD))
+            for x in pods]
+
+
+def _create_base(live: Sequence[Obj], heads: Sequence[Obj], mins: Mapping[str, int],
+                 ctx: GangContext) -> list[Step]:
+    head = heads[0]
+    priority = _priority(head, ctx)
+    if isinstance(priority, Warn):
+        return [(p.name(head), priority)]
+    ref = gb.raycluster_ref(head)
+    if ref is None:
+        return [(None, Wait("the head pod has no RayCluster owner"))]
+    oldest: dict[str, Obj] = {}
+    for x in sorted(live, key=lambda x: (str(metadata(x).get("creationTimestamp")), p.uid(x))):
+        oldest.setdefault(gb.group_of(x), x)
+    name = gb.base_name(str(labels(head).get(c.CLUSTER_LABEL)), str(ref["uid"]))
+    return [(None, CreateWorkload(gb.build_base(name, head, oldest, mins, priority, ctx.version),
+                                  ROLE))]
+
+
+def _admitted(plan: g.Plan, base: Obj, by_uid: Mapping[str, Obj], own: Mapping[str, Obj],
+              ctx: GangContext) -> list[Step]:
+    steps: list[Step] = []
     for uid in plan.move_in:
         wl = own[uid]
         steps.append((p.name(by_uid[uid]), DeleteWorkload(
@@ -206,13 +244,12 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
             f"pod {p.name(by_uid[uid])} fills a vacancy in the gang's base {p.name(base)}")))
     for uid in plan.release:
         pod = by_uid[uid]
-        if p.is_gated(pod):
-            steps += [(p.name(pod), x)
-                      for x in placement.lift(pod, base, ctx.flavors, group_of(pod))]
-    for uid in plan.extras:
+        steps += [(p.name(pod), x) for x in placement.lift(pod, base, ctx.flavors, gb.group_of(pod))]
+    # Extras waiting at the gate, and base pods moving out (minReplicas lowered),
+    # get a Workload of their own; an extra past the gate has one already.
+    waiting = [u for u in plan.extras if u not in own and p.is_gated(by_uid[u])]
+    for uid in [*waiting, *(u for u in plan.move_out if u not in own)]:
         pod = by_uid[uid]
-        if uid in own or not p.is_gated(pod):
-            continue
         priority = _priority(pod, ctx)
         if isinstance(priority, Warn):
             steps.append((p.name(pod), priority))
@@ -222,14 +259,14 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
     if plan.reclaim:
         steps.append((None, SetReclaimable(p.name(base), dict(plan.reclaim))))
     if ctx.pods_ready:
-        released = [by_uid[u] for u in plan.release]
-        steps += [(None, x) for x in _base_readiness(base, released)]
-    return steps, plan
+        standing = [by_uid[u] for u in plan.standing]
+        steps += [(None, x) for x in _base_readiness(base, standing)]
+    return steps
 
 
-def _base_readiness(base: Obj, released: Sequence[Obj]) -> list[Action]:
+def _base_readiness(base: Obj, standing: Sequence[Obj]) -> list[Action]:
     """PodsReady on the base once every base pod is Ready, as for a pod's own Workload."""
-    ready = bool(released) and all(p.is_ready(x) and not p.is_gated(x) for x in released)
+    ready = bool(standing) and all(p.is_ready(x) for x in standing)
     current = w.condition(base, w.PODS_READY)
     if ready and (current is None or current.get("status") != "True"):
         return [SetPodsReady(p.name(base), True, w.READY_STARTED, w.READY_MESSAGE)]
@@ -246,6 +283,6 @@ def describe(pod: Obj, plan: g.Plan, own: bool) -> str:
     if own or uid in plan.extras:
         where = "an extra (a Workload of its own, admitted only after the base)"
     else:
-        where = f"in the base (podSet {group_of(pod)})"
+        where = f"in the base (podSet {gb.group_of(pod)})"
     waiting = f"; the gang waits: {plan.waiting}" if plan.waiting else ""
     return f"gang {cluster}: {where}{waiting}"

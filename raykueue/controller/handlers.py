@@ -216,11 +216,12 @@ def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     pod = at.the_pod()
     ns, name = at.key
     role = role_of(pod) or "unknown"
+    by = "raykueue" if action.reason in a.OWN_EVICTIONS else "Kueue"
     if action.head:
-        log.warning("%s/%s: Ray cluster %s taken down: its head was evicted by Kueue "
-                    "(%s: %s)", ns, name, p.cluster(pod) or "?", action.reason, action.message)
+        log.warning("%s/%s: Ray cluster %s taken down: its head was evicted by %s "
+                    "(%s: %s)", ns, name, p.cluster(pod) or "?", by, action.reason, action.message)
     else:
-        log.info("%s/%s: evicted by Kueue (%s: %s); deleting the pod", ns, name,
+        log.info("%s/%s: evicted by %s (%s: %s); deleting the pod", ns, name, by,
                  action.reason, action.message)
     body = patches.evicted_condition_body(pod, action.reason, action.message, now_time())
     try:
@@ -229,18 +230,34 @@ def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     except ApiError as exc:
         if not exc.is_not_found:
             raise Retry(f"writing the eviction condition: {exc}") from exc
-    message = f"Kueue evicted Workload {action.workload}: {action.reason}: {action.message}"
+    if action.reason == a.EVICTED_WORKLOAD_DELETED:
+        message = action.message  # not Kueue's doing: the message says whose
+    elif action.workload:
+        message = f"Kueue evicted Workload {action.workload}: {action.reason}: {action.message}"
+    else:
+        # No Workload: none admitted covers the pod (a gang's, see gang_decide); it
+        # goes so that KubeRay recreates it gated.
+        message = f"{action.reason}: {action.message}"
     if action.head:
         message += "; the Ray cluster's head is going, KubeRay will recreate it gated"
     env.event(pod, WARNING, "Evicted", message)
     try:
-        env.write("delete", "pods", lambda: env.rest.delete(
+        gone = env.write("delete", "pods", lambda: env.rest.delete(
             r.PODS.path(ns, name), patches.delete_options(pod)))
     except ApiError as exc:
         # 404: gone already; 409: the uid precondition failed, a namesake
         # stands there now and is not ours to delete.
         if not (exc.is_not_found or exc.status == 409):
             raise Retry(f"deleting the evicted pod: {exc}") from exc
+    else:
+        # Until the watch says so, a pass would still see the pod running (and a
+        # gang's pass, a pod past the gate to evict again).
+        deleting = gone if isinstance(gone, dict) and gone.get("kind") == "Pod" else pod
+        after = copy.copy(slim_pod(deleting))
+        after["metadata"] = {**metadata(after),
+                             "deletionTimestamp": metadata(after).get("deletionTimestamp")
+                             or now_time()}
+        env.state.remember("pod", at.key, pod, after)
     m.PODS_EVICTED.labels(role=role, reason=action.reason).inc()
 
 

@@ -148,6 +148,8 @@ class Controller:
         caches.workloads.add_handler(self._on_workload)
         caches.flavors.add_handler(self._on_placement_input)
         caches.priority_classes.add_handler(self._on_placement_input)
+        caches.heads.add_handler(self._on_head)
+        caches.rayclusters.add_handler(self._on_raycluster)
         self.caches = caches
         self._reader = Reader(self.rest, caches, self.state, self.config, version)
         self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock)
@@ -188,6 +190,13 @@ class Controller:
         if cluster and labels(wl).get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD:
             self._enqueue_waiting_workers(key[0], cluster)
 
+    def _on_head(self, event: str, pod: Obj) -> None:
+        # Any head, ours or not: starting, passing its gates or going may change
+        # whether its cluster's workers may queue (ours also arrive through _on_pod).
+        cluster = p.cluster(pod)
+        if cluster:
+            self._enqueue_waiting_workers(p.key(pod)[0], cluster)
+
     def _on_placement_input(self, event: str, obj: Obj) -> None:
         # A new ResourceFlavor or WorkloadPriorityClass may unblock gated pods.
         if not self.synced or self.caches is None:
@@ -195,6 +204,15 @@ class Controller:
         for pod in self.caches.pods.list():
             if p.is_gated(pod):
                 self.queue.add(p.key(pod))
+
+    def _on_raycluster(self, event: str, obj: Obj) -> None:
+        # A gang's base follows its worker groups' minReplicas (docs/GANG.md).
+        ns, name = p.key(obj)
+        pods = self.caches.pods if self.caches is not None else None
+        if pods is not None and any(
+                x is not None and gd.is_gang_pod(x)
+                for x in (pods.get(ns, member) for member in self.state.members(ns, name))):
+            self.queue.add((ns, gd.key_name(name)))
 
     def _enqueue_gang(self, pod: Obj) -> None:
         gang = labels(pod).get(c.GANG_LABEL)
@@ -267,10 +285,25 @@ class Controller:
         workloads = {p.name(x): x for x in [*facts.own.values(), facts.base] if x is not None}
         key = (ns, gd.key_name(cluster))
         for pod_name, action in steps:
-            at = (Pass((ns, pod_name), by_name.get(pod_name), workloads) if pod_name
+            pod = by_name.get(pod_name) if pod_name else None
+            apply(self._env, action, Pass((ns, pod_name), pod, workloads) if pod_name
                   else Pass(key, None, workloads))
-            apply(self._env, action, at)
+            if pod is not None and (isinstance(action, a.LiftGate) or (
+                    isinstance(action, a.DeleteWorkload) and action.reason == a.GANG_MOVED_IN)):
+                self._note_released(ns, cluster, pod)
         return [x for _, x in steps]
+
+    def _note_released(self, ns: str, cluster: str, pod: Obj) -> None:
+        """The pod now stands in the base: later passes count it there whatever their
+        snapshot says, until the pod is seen to go (`State.pod_event`)."""
+        assert self.caches is not None
+        pods = self.caches.pods
+
+        def still_there() -> bool:
+            cached = pods.get(*p.key(pod))
+            return cached is not None and p.uid(cached) == p.uid(pod)
+
+        self.state.note_gang_released(ns, cluster, p.uid(pod), gd.group_of(pod), still_there)
 
     def _track_conflicts(self, key: Key, actions: Iterable[a.Action]) -> None:
         conflict = next((x for x in actions if isinstance(x, a.ReportConflict)), None)

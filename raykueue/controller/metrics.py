@@ -50,7 +50,8 @@ WORKLOADS_FINISHED = Counter(
 )
 PODS_EVICTED = Counter(
     "raykueue_pods_evicted",
-    "Pods deleted because Kueue evicted their Workload, by Ray role and Kueue's reason.",
+    "Pods deleted because Kueue evicted their Workload, by Ray role and Kueue's reason; "
+    "reason GangPodNotCovered: a gang pod past the gate that no admitted Workload covered.",
     ["role", "reason"],
 )
 CONFLICTS = Counter(

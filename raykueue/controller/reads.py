@@ -18,7 +18,7 @@ from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
-from raykueue.controller.caches import Caches
+from raykueue.controller.caches import Caches, foreign_heads, min_replicas, workers_to_delete
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.current import names_pod
 from raykueue.controller.facts import Facts, gather
@@ -82,8 +82,12 @@ class Reader:
         return self.workloads_named_for(p.key(pod), pod)
 
     def heads(self, namespace: str, cluster: str) -> list[Obj]:
-        found = (self.pod((namespace, name)) for name in self.state.heads(namespace, cluster))
-        return [x for x in found if x is not None]
+        ours = self.state.heads(namespace, cluster)
+        found = [x for x in (self.pod((namespace, name)) for name in ours) if x is not None]
+        # Heads raykueue never labelled (created before the opt-in or the install):
+        # no Workload of ours, so they count once past every gate (decide.head_admitted).
+        return found + [x for x in foreign_heads(self.caches.heads.list(namespace))
+                        if p.cluster(x) == cluster and p.name(x) not in ours]
 
     def flavor(self, name: str) -> Obj | None:
         return self.caches.flavors.get(None, name)
@@ -134,18 +138,29 @@ class Reader:
         own: dict[str, Obj] = {}
         for pod in pods:
             wl = self.workload(ns, w.workload_name(pod))
+            # A finished one too: its pod is on its way out, no base pod (gang_decide).
             if (wl is not None and w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(pod)
-                    and not w.is_deleting(wl) and not w.is_finished(wl)):
+                    and not w.is_deleting(wl)):
                 own[p.uid(pod)] = wl
         base: Obj | None = None
         ref = next((r for r in map(gd.raycluster_ref, pods) if r is not None), None)
         if ref is not None:
             base = self.workload(ns, gd.base_name(cluster, str(ref["uid"])))
         live_head = any(role_of(x) == c.ROLE_HEAD and not p.is_deleting(x) for x in pods)
-        gone = ref is not None and base is not None and not live_head and self._cluster_gone(ns, ref)
+        # Pods past the gate with no base: the garbage collector may have taken the base
+        # of a RayCluster being deleted before its pods show it.
+        orphaned = base is None and any(not p.is_gated(x) and not p.is_deleting(x) for x in pods)
+        gone = (ref is not None and ((base is not None and not live_head) or orphaned)
+                and self._cluster_gone(ns, ref))
+        raycluster = self.caches.rayclusters.get(ns, str(ref.get("name"))) if ref else None
+        if raycluster is not None and metadata(raycluster).get("uid") != ref.get("uid"):
+            raycluster = None
         return GangFacts(pods, own, base, gd.GangContext(
             version=self.version, pods_ready=self.config.pods_ready, flavors=self._flavors(),
-            priority_values=self._priority_values(), cluster_gone=gone))
+            priority_values=self._priority_values(), cluster_gone=gone,
+            min_replicas=min_replicas(raycluster) if raycluster is not None else None,
+            victims=workers_to_delete(raycluster) if raycluster is not None else frozenset(),
+            released=self.state.gang_released(ns, cluster)))
 
     def _cluster_gone(self, ns: str, ref: Obj) -> bool:
         """Whether the gang's RayCluster is deleted or being deleted (a live GET, head gone only)."""

@@ -5,8 +5,10 @@
 - Departed pods: the last state of pods gone from the cache, until the pass
   over their key has used it (it tells a deleted pod from a relabelled one).
 - The read-your-writes overlay: what our own writes returned, read in place
-  of the cache until the watch delivers them, so a pass triggered meanwhile
-  does not repeat a write.
+  of the cache until the watch delivers them (or something newer), so a pass
+  triggered meanwhile does not repeat a write nor decide on the state before it.
+- Gang pods released under their base, until they are seen to go: a gang's
+  pass counts them in their slots even where its snapshot is behind them.
 - What was already said: Events sent per pod, conflicts per pod, when an
   admission was seen live.
 
@@ -17,6 +19,7 @@ every fact; this only saves reads and repeated writes.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Literal
 
 from raykueue.controller import gang as g
@@ -58,6 +61,27 @@ def _index(index: dict[Key, set[str]], key: Key, name: str, present: bool) -> No
             del index[key]
 
 
+def _supersedes(seen: Obj, pre_rv: str | None, after: Obj) -> bool:
+    """Whether `seen` (from the cache) is at least as new as our write's result.
+
+    Not merely other than the version our write replaced: a write of someone
+    else's that landed between our read and our write (the scheduler's
+    SchedulingGated condition before our gate lift) reaches the watch before
+    ours, and dropping our result for it would read the pod as still gated.
+    resourceVersions are etcd revisions, so where both are numbers the order is
+    theirs; a result we made up (a delete's, at the version it replaced) or an
+    opaque version falls back to "the cache moved past the version we replaced".
+    """
+    current = metadata(seen).get("resourceVersion")
+    written = metadata(after).get("resourceVersion")
+    try:
+        if written != pre_rv and current is not None and written is not None:
+            return int(current) >= int(written)
+    except (TypeError, ValueError):
+        pass
+    return current != pre_rv
+
+
 class State:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -69,6 +93,7 @@ class State:
         # (kind, ns, name) -> (resourceVersion our write replaced, what it returned)
         self._written: dict[tuple[Kind, str, str], tuple[str | None, Obj]] = {}
         self._reported: dict[str, set[tuple[str, str]]] = {}  # pod uid -> events sent
+        self._gang_released: dict[Key, dict[str, str]] = {}  # (ns, gang) -> pod uid -> group
         self._conflicts: dict[str, tuple[str, str]] = {}  # "ns/pod" -> (kind, message)
 
     # --- fed by the watches -------------------------------------------------------
@@ -78,7 +103,14 @@ class State:
         cluster = p.cluster(pod)
         present = event != DELETED
         with self._lock:
-            self._drop_written("pod", key, pod)
+            self._drop_written("pod", key, pod, gone=not present)
+            gang = labels(pod).get(c.GANG_LABEL)
+            if gang and (not present or p.is_deleting(pod) or p.is_terminal(pod)):
+                released = self._gang_released.get((key[0], gang))
+                if released is not None:
+                    released.pop(p.uid(pod), None)
+                    if not released:
+                        del self._gang_released[(key[0], gang)]
             if cluster:
                 _index(self._cluster_pods, (key[0], cluster), key[1], present)
                 _index(self._cluster_heads, (key[0], cluster), key[1],
@@ -131,6 +163,23 @@ class State:
             members = list(self._cluster_pods.get((ns, cluster), ()))
             return [name for name in members if not self._wl_by_owner.get((ns, name))]
 
+    def note_gang_released(self, ns: str, gang: str, uid: str, group: str,
+                           still_there: Callable[[], bool]) -> None:
+        """A pod our gang pass released under the base (or moved into it).
+
+        `still_there` asks the pod cache, under this lock: the cache drops a pod
+        before its handler reaches `pod_event`, so a pod that went before this
+        call is never noted, and one that goes after it is forgotten there.
+        """
+        with self._lock:
+            if still_there():
+                self._gang_released.setdefault((ns, gang), {})[uid] = group
+
+    def gang_released(self, ns: str, gang: str) -> dict[str, str]:
+        """uid -> group of the gang's pods released under its base and not yet seen to go."""
+        with self._lock:
+            return dict(self._gang_released.get((ns, gang), {}))
+
     def admitted_at(self, uid: str) -> float | None:
         with self._lock:
             return self._admitted_seen.get(uid)
@@ -151,9 +200,9 @@ class State:
 
     # --- the read-your-writes overlay ---------------------------------------------
 
-    def _drop_written(self, kind: Kind, key: Key, obj: Obj) -> None:
+    def _drop_written(self, kind: Kind, key: Key, obj: Obj, gone: bool = False) -> None:
         entry = self._written.get((kind, *key))
-        if entry is not None and entry[0] != metadata(obj).get("resourceVersion"):
+        if entry is not None and (gone or _supersedes(obj, *entry)):
             del self._written[(kind, *key)]
 
     def remember(self, kind: Kind, key: Key, before: Obj | None, after: Obj) -> None:
@@ -164,15 +213,16 @@ class State:
             self._written[(kind, *key)] = (pre_rv, after)
 
     def read(self, kind: Kind, key: Key, cached: Obj | None) -> Obj | None:
-        """The cached object, or our write's result while the cache still shows
-        the version our write replaced."""
+        """The cached object, or our write's result while the cache is older than it."""
         with self._lock:
             entry = self._written.get((kind, *key))
             if entry is None:
                 return cached
             pre_rv, after = entry
-            current = metadata(cached).get("resourceVersion") if cached is not None else None
-            if current == pre_rv:
+            if cached is None:
+                if pre_rv is None:
+                    return after  # our create, not delivered yet
+            elif not _supersedes(cached, pre_rv, after):
                 return after
             del self._written[(kind, *key)]
             return cached

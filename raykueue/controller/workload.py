@@ -9,6 +9,7 @@ on everything we read.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -208,17 +209,28 @@ class SlimWorkload(dict[str, Any]):
         self.pod_sets = pod_sets
 
 
+# A fingerprint of several podSets (a gang's base) starts so; a pod's sizing never does.
+SETS_PREFIX: Final = "sets:"
+
+
 def pod_sets_fingerprint(wl: Obj) -> str:
-    """`main`x1 and its template's sizing, or "" for any other podSets shape."""
+    """`main`x1 and its template's sizing; for any other podSets shape, each podSet's
+    sizing by name (`gang_base.pod_set_sizings`), which no pod's sizing equals."""
     if isinstance(wl, SlimWorkload):
         return wl.pod_sets
     pod_sets = spec(wl).get("podSets")
-    if not isinstance(pod_sets, list) or len(pod_sets) != 1 or not isinstance(pod_sets[0], dict):
+    if not isinstance(pod_sets, list) or not pod_sets:
         return ""
     only = pod_sets[0]
-    if only.get("name", POD_SET) != POD_SET or only.get("count") != 1:
-        return ""
-    template = only.get("template")
+    if (len(pod_sets) == 1 and isinstance(only, dict) and only.get("name", POD_SET) == POD_SET
+            and only.get("count") == 1):
+        return _template_sizing(only)
+    sizings = {str(x.get("name")): _template_sizing(x) for x in pod_sets if isinstance(x, dict)}
+    return SETS_PREFIX + json.dumps(sizings, sort_keys=True, separators=(",", ":"))
+
+
+def _template_sizing(pod_set: Mapping[str, Any]) -> str:
+    template = pod_set.get("template")
     template_spec = template.get("spec") if isinstance(template, dict) else None
     return p.sizing_fingerprint(template_spec) if isinstance(template_spec, dict) else ""
 

@@ -51,6 +51,12 @@ GATE: Final = "raykueue.io/admission"
 POD_UID_LABEL: Final = "raykueue.io/pod-uid"
 MANAGED_BY_LABEL: Final = "raykueue.io/managed-by"
 MANAGED_BY_VALUE: Final = "raykueue"
+# The stamp: written by the first Ray-object webhook into every pod template of
+# an opted-in RayCluster, so every pod KubeRay makes for it carries it from its
+# creation. The pod webhook's scope is this label: a pod without it (and without
+# its own opt-in, if it has no Ray owner) never waits for raykueue.
+OPTED_IN_LABEL: Final = "raykueue.io/opted-in"
+OPTED_IN_VALUE: Final = "true"
 # Where an opted-in RayCluster/RayJob/RayService (and its pod templates) keeps
 # its queue: Kueue acts on the queue-name label of a Ray object (suspends it and
 # admits it whole), so raykueue moves that label here before Kueue's webhook runs.
@@ -67,9 +73,28 @@ GANG_MIN_ANNOTATION: Final = "raykueue.io/gang-min"
 # survives in the pod's last state and in `kubectl describe`.
 EVICTED_CONDITION: Final = "raykueue.io/Evicted"
 
+# spec.managedBy of a RayCluster/RayJob/RayService (KubeRay's CRDs allow these two):
+# KubeRay's own, and MultiKueue's, which Kueue's defaulting writes when the queue's
+# ClusterQueue has a MultiKueue admission check (the object then runs elsewhere).
+KUBERAY_MANAGED_BY: Final = "ray.io/kuberay-operator"
+MULTIKUEUE_MANAGED_BY: Final = "kueue.x-k8s.io/multikueue"
+# A RayJob's submissionMode whose submitter runs in a pod of its own (a batch Job's).
+K8S_JOB_MODE: Final = "K8sJobMode"
+
 DEFAULT_HEAD_PRIORITY_CLASS: Final = "ray-head"
 DEFAULT_WORKER_PRIORITY_CLASS: Final = "ray-worker"
-DEFAULT_CONTROLLER_IDENTITY: Final = "system:serviceaccount:raykueue-system:raykueue"
+# The install's namespace and ServiceAccount; the server takes the ones its pod
+# really runs as from the downward API (RAYKUEUE_POD_NAMESPACE, RAYKUEUE_SERVICE_ACCOUNT).
+DEFAULT_NAMESPACE: Final = "raykueue-system"
+DEFAULT_SERVICE_ACCOUNT: Final = "raykueue"
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    """The username the API server gives a ServiceAccount's tokens (and shows webhooks)."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+DEFAULT_CONTROLLER_IDENTITY: Final = service_account_user(DEFAULT_NAMESPACE, DEFAULT_SERVICE_ACCOUNT)
 
 # The API server calls mutating webhook configurations in name order. "aa-..."
 # sorts before Kueue's ("kueue-..."): there raykueue hides an opted-in Ray
@@ -83,6 +108,8 @@ WEBHOOK_CONFIGS: Final = (
     *(("mutatingwebhookconfigurations", name) for name in MUTATING_WEBHOOK_CONFIGS),
     ("validatingwebhookconfigurations", VALIDATING_WEBHOOK_CONFIG),
 )
+# Protects the stamp without any raykueue process (manifests/webhooks.yaml).
+STAMP_POLICY: Final = "raykueue-stamp"
 MUTATE_PATH: Final = "/mutate-pods"
 VALIDATE_PATH: Final = "/validate-pods"
 RAY_OBJECTS_FIRST_PATH: Final = "/mutate-ray-objects/first"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, gate_names, labels
+from raykueue.core.objects import Obj, gate_names, labels, metadata, ref_group
 
 
 def role_of(pod: Obj) -> str | None:
@@ -23,3 +23,14 @@ def kueue_claims(pod: Obj) -> str | None:
     if labels(pod).get(c.KUEUE_MANAGED_LABEL) == "true":
         return f"carries Kueue's label {c.KUEUE_MANAGED_LABEL}=true"
     return None
+
+
+def has_ray_owner(pod: Obj) -> bool:
+    """Whether any owner reference points into ray.io: the pod belongs to a Ray cluster.
+
+    The same test as the pod webhooks' CEL (manifests/webhooks.yaml), so that a
+    pod the Fail-closed webhook sees as bare is bare here too.
+    """
+    refs = metadata(pod).get("ownerReferences")
+    return isinstance(refs, list) and any(
+        isinstance(ref, dict) and ref_group(ref) == c.RAY_API_GROUP for ref in refs)

@@ -27,6 +27,9 @@ Obj = dict[str, Any]
 Key = tuple[str, str]
 Handler = Callable[[str, Obj], None]
 Transform = Callable[[Obj], Obj]
+# Called with None after each complete list, with the error after each failed
+# list or watch: how a reader learns that an empty cache means "cannot read".
+SyncHandler = Callable[[str | None], None]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
@@ -86,6 +89,7 @@ class WatchCache:
         self._lock = threading.Lock()
         self._store: dict[str, dict[str, Obj]] = {}  # namespace -> name -> object
         self._handlers: list[Handler] = []
+        self._sync_handlers: list[SyncHandler] = []
         self._rv = ""
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -151,6 +155,20 @@ class WatchCache:
         with self._lock:
             self._handlers.append(fn)
 
+    def add_sync_handler(self, fn: SyncHandler) -> None:
+        """`fn(None)` after every complete list, `fn(error)` after every failure."""
+        with self._lock:
+            self._sync_handlers.append(fn)
+
+    def _sync_status(self, error: str | None) -> None:
+        with self._lock:
+            handlers = tuple(self._sync_handlers)
+        for handler in handlers:
+            try:
+                handler(error)
+            except Exception:
+                log.exception("%s: sync handler %r failed", self.resource.plural, handler)
+
     # -- the watch thread ------------------------------------------------------
 
     def _run(self) -> None:
@@ -179,6 +197,7 @@ class WatchCache:
         delay = self._backoff.next()
         log.warning("%s: %s; retrying in %.1fs", self.resource.plural, self.last_sync_error,
                     delay)
+        self._sync_status(self.last_sync_error)
         self._stop.wait(delay)
 
     def _base_query(self) -> dict[str, str | int | bool]:
@@ -207,6 +226,7 @@ class WatchCache:
         # Synced only after the handlers saw the first list, so that a waiter
         # on wait_synced() can rely on their view being complete too.
         self._synced.set()
+        self._sync_status(None)
 
     def _list_all(self) -> tuple[list[Obj], str]:
         path = self.resource.path(self.namespace)

@@ -35,8 +35,8 @@ that delete their cluster).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from raykueue.core import contract as c
@@ -111,6 +111,18 @@ class World:
             if k == kind and meta.get("namespace") == namespace and meta.get("name") == name:
                 return obj
         return None
+
+    def outside(self, namespaces: Collection[str]) -> World:
+        """The world without what lives in `namespaces`: those being deleted. Nothing new can
+        be created in a terminating namespace (no pod, so nothing that runs outside quota), and
+        the namespace controller deletes what is there; acting on it, or waiting for its pods,
+        could only hold the uninstall up behind a finalizer that is not ours."""
+        def keep(items: Sequence[Obj]) -> tuple[Obj, ...]:
+            return tuple(x for x in items if metadata(x).get("namespace") not in namespaces)
+
+        return replace(self, rayclusters=keep(self.rayclusters), rayjobs=keep(self.rayjobs),
+                       rayservices=keep(self.rayservices), pods=keep(self.pods),
+                       workloads=keep(self.workloads), local_queues=keep(self.local_queues))
 
     def has_local_queue(self, namespace: str, name: str) -> bool:
         return any(metadata(q).get("namespace") == namespace and metadata(q).get("name") == name

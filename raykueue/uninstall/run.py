@@ -16,6 +16,7 @@ from raykueue.core import contract as c
 from raykueue.core.objects import metadata
 from raykueue.kube.resources import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
+    NAMESPACES,
     PODS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     Resource,
@@ -86,6 +87,10 @@ class Uninstall:
             (plural, cfg) for plural, res in WEBHOOK_RESOURCES.items()
             for cfg in self._list(res) if p.is_raykueue_webhook_config(cfg)]
         ours = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE}"
+        # Cluster-wide only: one owner's handback may not list namespaces.
+        terminating = set() if namespace else {
+            str(metadata(ns).get("name")) for ns in self._list(NAMESPACES)
+            if (ns.get("status") or {}).get("phase") == "Terminating"}
         return p.World(
             rayclusters=self._list(RAY[c.RAYCLUSTER_KIND], namespace=namespace),
             rayjobs=self._list(RAY[c.RAYJOB_KIND], namespace=namespace),
@@ -94,7 +99,7 @@ class Uninstall:
             workloads=self._list(self.workloads_resource(), ours, namespace),
             local_queues=self._list(LOCAL_QUEUES, namespace=namespace),
             webhook_configs=configs,
-        )
+        ).outside(terminating)
 
     def plan(self, *, handback: bool) -> p.Plan:
         return p.make_plan(self.read(), handback=handback)

@@ -7,7 +7,7 @@ here has a side effect.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from raykueue.core import contract as c
@@ -15,7 +15,16 @@ from raykueue.core.objects import Obj, controller_ref, display_name, ref_group
 from raykueue.core.pods import role_of
 from raykueue.webhooks.classify import Context, Deny, Manage, Policy, Skip, classify
 from raykueue.webhooks.mutate import gate_patch
-from raykueue.webhooks.rayobjects import RAY_OBJECT_KINDS, Stage, hide_from_kueue, opt_in
+from raykueue.webhooks.rayobjects import (
+    RAY_OBJECT_KINDS,
+    Facts,
+    RayObjectPolicy,
+    Refused,
+    Stage,
+    first,
+    is_opted_in,
+    last,
+)
 from raykueue.webhooks.review import Review, Verdict
 from raykueue.webhooks.validate import Denied, judge_update
 
@@ -81,25 +90,21 @@ def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
     return Outcome(Verdict(True), "allowed", role=role, reason=judgement.reason)
 
 
-def admit_ray_object(review: Review, owners: Sequence[Obj], stage: Stage,
-                     allocate_timeout: int | None = None) -> Outcome:
+def admit_ray_object(review: Review, stage: Stage, facts: Facts, policy: RayObjectPolicy) -> Outcome:
     """A RayCluster/RayJob/RayService passing before (FIRST) or after (LAST) Kueue's webhooks."""
     obj = review.object
     kind = obj.get("kind")
     if kind not in RAY_OBJECT_KINDS or review.operation not in ("CREATE", "UPDATE"):
         return Outcome(Verdict(True), "skipped", reason=f"{kind} {review.operation} is not handled")
-    choice = opt_in(obj, owners)
-    if choice.invalid is not None:
-        if stage is Stage.LAST:
-            return Outcome(Verdict(True), "skipped", reason="invalid opt-in, denied before Kueue's webhooks")
-        message = (f'annotation {c.STANDALONE_ANNOTATION}="{choice.invalid}" on {choice.where} is not '
-                   'valid: set it to "true" to queue this Ray cluster in Kueue pod by pod, or "false" '
-                   "to leave it to Kueue")
-        return Outcome(Verdict(False, message=message), "denied", reason=message)
-    if not choice.opted_in:
+    if stage is Stage.FIRST:
+        answer = first(obj, review.old_object, review.operation, facts, policy)
+    else:
+        answer = last(obj, review.operation, facts)
+    if isinstance(answer, Refused):
+        return Outcome(Verdict(False, message=answer.message), "denied", reason=answer.message)
+    if not is_opted_in(obj) and not answer.patch:
         return Outcome(Verdict(True), "skipped", reason="not opted in")
-    patch = hide_from_kueue(obj, review.operation, stage, allocate_timeout)
-    what = "queue hidden from Kueue" if stage is Stage.FIRST else "Kueue's defaulting undone"
-    return Outcome(Verdict(True, patch=patch or None), "hidden" if stage is Stage.FIRST else "restored",
-                   reason=f"{kind} {display_name(obj)} opted in on {choice.where}: "
-                          f"{what if patch else 'nothing to change'}")
+    decision = "hidden" if stage is Stage.FIRST else "restored"
+    what = answer.what if answer.patch else f"{answer.what}; nothing to change"
+    return Outcome(Verdict(True, patch=answer.patch or None), decision,
+                   reason=f"{kind} {display_name(obj)}: {what}")

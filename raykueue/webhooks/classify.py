@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, annotations, display_name, labels, spec
-from raykueue.core.pods import kueue_claims, role_of
+from raykueue.core.pods import has_ray_owner, kueue_claims, role_of
 
 # DNS-1123 subdomain, as Kubernetes validates object names (LocalQueue and
 # WorkloadPriorityClass are named objects).
@@ -43,6 +43,8 @@ class Policy:
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
     worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
     pod_priority: PodPriority | None = None
+    # WorkloadPriorityClasses a worker may not name (the head's, by default).
+    head_only_priority_classes: frozenset[str] = frozenset({c.DEFAULT_HEAD_PRIORITY_CLASS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,8 @@ class Context:
     RayJob or RayService that owns it). `cluster_known` is False when the
     server runs admission-only: then only the pod itself can be consulted.
     `unresolved_owner` names an owner the pod points at that the caches do not
-    hold (yet); it may carry the opt-in, so the pod cannot be decided.
+    hold (yet): a stamped pod's queue or gang may come from it, so such a pod is
+    sent back for a retry; any other pod is left alone.
     """
 
     owners: Sequence[Obj] = ()
@@ -146,6 +149,13 @@ def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
             f"{c.PRIORITY_CLASS_LABEL}={priority_class!r} is not a valid WorkloadPriorityClass "
             "name: use a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
         )
+    if role == c.ROLE_WORKER and priority_class in policy.head_only_priority_classes:
+        return Deny(
+            f"Ray worker pod {display_name(pod)} names {c.PRIORITY_CLASS_LABEL}={priority_class}, "
+            "which only Ray heads may use (a worker with it could preempt other clusters' heads): "
+            "remove the label from the worker group's pod template (workers get "
+            f"{policy.worker_priority_class}) or name a worker class"
+        )
 
     gang = gang_minimum(ctx)
     if isinstance(gang, Deny):
@@ -175,29 +185,46 @@ def _kueue_job(ctx: Context) -> str | None:
 
 
 def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
-    """The nearest `standalone` annotation decides: pod, then RayCluster, then its owner."""
-    sources: list[tuple[str, Obj]] = [("the pod", pod)]
-    sources += [(_describe(owner), owner) for owner in ctx.owners]
-    for where, obj in sources:
-        value = annotations(obj).get(c.STANDALONE_ANNOTATION)
+    """One rule, per cluster: the stamp decides a pod of a Ray cluster; a bare pod decides itself.
+
+    The first stage stamps every pod template of an opted-in RayCluster, so a
+    KubeRay pod of an opted-in cluster carries the stamp from its creation; a
+    pod's own `standalone` annotation counts only on a pod with no Ray owner.
+    An unstamped pod with a Ray owner reaches raykueue only through the legacy
+    webhook (failurePolicy Ignore): its cluster was opted in before clusters
+    were stamped, or not at all. Its RayCluster, as the cache holds it, decides;
+    a cache that cannot tell leaves it alone, never denies it.
+    """
+    if labels(pod).get(c.OPTED_IN_LABEL) == c.OPTED_IN_VALUE:
+        if ctx.unresolved_owner:
+            # Opted in: its queue or gang may live on the owner, which the
+            # cache does not hold yet; KubeRay retries the creation.
+            return Deny(
+                f"{ctx.unresolved_owner} is not yet in raykueue's cache, so this opted-in pod's "
+                "queue cannot be read; the creation is retried by KubeRay. If this persists, "
+                "check that raykueue can watch RayClusters")
+        return None
+    if not has_ray_owner(pod):
+        value = annotations(pod).get(c.STANDALONE_ANNOTATION)
+        if value == "true":
+            return None
+        if value is None:
+            return Skip("not opted in")
+        if value == "false":
+            return Skip("opted out on the pod")
+        return Deny(
+            f'annotation {c.STANDALONE_ANNOTATION}="{value}" on the pod is not valid: set it to '
+            f'"true" to queue this pod in Kueue through raykueue, or "false" to opt out'
+        )
+    if ctx.unresolved_owner:
+        return Skip(f"not stamped, and {ctx.unresolved_owner} is not in raykueue's cache: left alone")
+    for owner in ctx.owners:
+        value = annotations(owner).get(c.STANDALONE_ANNOTATION)
         if value is None:
             continue
         if value == "true":
             return None
-        if value == "false":
-            return Skip(f"opted out on {where}")
-        return Deny(
-            f'annotation {c.STANDALONE_ANNOTATION}="{value}" on {where} is not valid: set it to '
-            f'"true" to queue this Ray cluster in Kueue pod by pod, or "false" to opt out'
-        )
-    if ctx.unresolved_owner:
-        # The owner may opt in; admitting the pod ungated would let it run
-        # outside quota for good, so ask KubeRay to retry instead.
-        return Deny(
-            f"{ctx.unresolved_owner} is not yet in raykueue's cache, so its "
-            f"{c.STANDALONE_ANNOTATION} annotation cannot be read; the creation is retried by "
-            "KubeRay. If this persists, check that raykueue can watch RayClusters"
-        )
+        return Skip(f"not opted in ({_describe(owner)} has {c.STANDALONE_ANNOTATION}={value!r})")
     return Skip("not opted in")
 
 

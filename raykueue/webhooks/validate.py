@@ -26,6 +26,8 @@ FROZEN_WHILE_GATED: Final = (
     c.QUEUE_LABEL,
     c.PRIORITY_CLASS_LABEL,
     c.MANAGED_BY_LABEL,
+    # The pod webhooks' scope: a pod that lost it would be judged as unstamped.
+    c.OPTED_IN_LABEL,
 )
 
 

@@ -236,15 +236,16 @@ def test_pods_of_rayjob_and_rayservice_clusters_resolve_through_the_owner_chain(
 
     KubeRay copies its owner's labels and annotations to the RayCluster it
     creates, but a RayCluster made before the owner was annotated (or edited
-    since) has only the owner to go by. The operator is not needed for this:
-    the objects are created as KubeRay would, with owner references.
+    since) has only the owner to go by: its unstamped pods reach raykueue through
+    the legacy webhook, which reads the owner chain. The operator is not needed
+    for this: the objects are created as KubeRay would, with owner references.
     """
     api = api_stack.api
     head = {"rayStartParams": {}, "template": {"spec": {"containers": [
         {"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}}}
     if kind == "RayJob":
         spec = {"rayClusterSpec": {"headGroupSpec": head}, "entrypoint": "python train.py",
-                "suspend": True}
+                "suspend": True, "submissionMode": "HTTPMode"}
     else:
         spec = {"rayClusterConfig": {"headGroupSpec": head}}
     plural = {"RayJob": "rayjobs", "RayService": "rayservices"}[kind]

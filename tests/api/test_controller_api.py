@@ -34,6 +34,7 @@ from raykueue.core import contract as c
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
+from testkit import reviews as rv
 from testkit.reviews import gates
 from testkit.standins import (
     FLAVORS,
@@ -242,6 +243,44 @@ def test_lifecycle_head_first_with_four_writes_per_pod(admin, ns, scope, as_cont
     writes = as_controller.writes_about("rc-worker-a")
     assert sorted(m for m, _ in writes) == ["DELETE", "PATCH", "PATCH", "POST"], writes
     assert len(writes) == 4, writes
+
+
+def test_a_worker_queues_behind_a_head_raykueue_never_gated(admin, ns, scope, run_controller):
+    """Issue 21: heads were looked for only among pods labelled ours. A head made
+    before raykueue was installed (or before the opt-in) has no label of ours and
+    no gate; its workers waited for it for ever."""
+    worker = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker"))
+    run_controller()
+    assert stays(lambda: workload_of(admin, worker) is None), "no head at all yet: it waits"
+    head = rv.creatable_pod("head")
+    head["metadata"].pop("generateName", None)
+    head["metadata"].update(name="rc-head", namespace=ns)
+    head["metadata"]["labels"].update({c.CLUSTER_LABEL: "rc", c.NODE_TYPE_LABEL: c.ROLE_HEAD})
+    assert c.MANAGED_BY_LABEL not in head["metadata"]["labels"] and not gates(head)
+    create_pod(admin, head)
+    wait_for(lambda: workload_of(admin, worker), timeout=30,
+             message="the worker's Workload once its (foreign) head exists")
+    assert workload_of(admin, head) is None, "the foreign head is not ours to queue"
+
+
+def test_a_running_pods_workload_deleted_by_hand_sends_the_pod_back_to_the_queue(
+        admin, ns, scope, run_controller):
+    """Issue 21: anyone allowed to delete Workloads (Kueue's batch-admin role) could
+    free a running pod's quota: raykueue left the pod running, uncounted."""
+    pod = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-d", hold=True))
+    run_controller(head_first=False)
+    admit(admin, pod, scope)
+    wait_for(lambda: not gates(live(admin, pod)), timeout=30, message="gate lifted")
+
+    admin.delete(WORKLOADS.path(ns, w.workload_name(pod)))
+    going = wait_for(lambda: (x := live(admin, pod)) and x["metadata"].get("deletionTimestamp")
+                     and x, timeout=30, message="the pod deleted once its Workload is gone")
+    (condition,) = [x for x in going["status"]["conditions"] if x["type"] == c.EVICTED_CONDITION]
+    assert condition["reason"] == "WorkloadDeleted" and "quota" in condition["message"]
+    notes = [e.get("note", "") for e in events_for(admin, ns, "rc-worker-d") if e["reason"] == "Evicted"]
+    assert any("was deleted" in n and "queues again" in n for n in notes), notes
+    assert workload_of(admin, pod) is None, "no Workload made for a pod on its way out"
+    release(admin, pod)
 
 
 def test_eviction_condition_event_delete_and_finish(admin, ns, scope, run_controller):

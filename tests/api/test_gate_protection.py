@@ -218,3 +218,27 @@ def test_a_user_cannot_admit_her_own_workload(webhooks, admin, alice, ns, scope)
     assert caught.value.status == 403
     with contextlib.suppress(ApiError):
         alice.delete(WORKLOADS.path(ns, forged["metadata"]["name"]))
+
+
+# --- around the scheduler ------------------------------------------------------------------
+
+
+def test_a_gated_pod_cannot_be_placed_around_the_scheduler(webhooks, admin, ns, scope):  # noqa: F811
+    """Found for issue 21: a pod that names its node, or is bound directly, never
+    meets kube-scheduler. The API server refuses both while any gate is on, and
+    raykueue's webhook puts its gate on every opted-in pod at creation."""
+    made = ray_pod(ns, scope, "worker", "rc-worker-n")
+    made["spec"].pop("schedulingGates")  # created as KubeRay creates it: no gate of its own
+    made["spec"]["nodeName"] = "a-node-of-my-choosing"
+    with pytest.raises(ApiError) as caught:
+        create_pod(admin, made)
+    assert "cannot be set until all schedulingGates have been cleared" in caught.value.message
+
+    pod = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-b"))
+    name = pod["metadata"]["name"]
+    with pytest.raises(ApiError) as caught:
+        admin.create(PODS.path(ns, name, "binding"), {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "a-node-of-my-choosing"}})
+    assert "schedulingGates" in caught.value.message
+    assert gates(live(admin, pod)) == [c.GATE] and not live(admin, pod)["spec"].get("nodeName")

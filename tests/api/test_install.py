@@ -27,6 +27,7 @@ import devstack
 from devstack.kubeapi import KubeError
 from raykueue.core import contract as c
 from testkit import reviews as rv
+from testkit.accounts import service_account_token, token_kubeconfig
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
 
@@ -48,7 +49,7 @@ def config_path(plural: str, name: str = "") -> str:
 
 def shipped() -> dict[str, dict[str, Any]]:
     docs = yaml.safe_load_all((MANIFESTS / "webhooks.yaml").read_text())
-    return {d["metadata"]["name"]: d for d in docs if d}
+    return {d["metadata"]["name"]: d for d in docs if d and "webhooks" in d}
 
 
 def ours_left(api) -> list[str]:
@@ -123,18 +124,26 @@ def test_install_is_applied_with_the_shipped_scope(installed: devstack.Stack) ->
                 "name": "raykueue-webhook", "namespace": NAMESPACE,
                 "path": spec["clientConfig"]["service"]["path"], "port": 443}
             assert "caBundle" not in hook["clientConfig"], "raykueue injects it when it runs"
-            assert (hook["failurePolicy"], hook["sideEffects"]) == ("Fail", "None")
+            # Only the legacy pod webhook never blocks (pods of clusters opted in
+            # before templates were stamped); every other one fails closed.
+            legacy = hook["name"] == "mutate-legacy-pods.raykueue.io"
+            assert (hook["failurePolicy"], hook["sideEffects"]) == ("Ignore" if legacy else "Fail", "None")
             assert hook["timeoutSeconds"] == spec["timeoutSeconds"] <= 10
             if hook["rules"][0]["resources"] == ["pods"]:
-                assert hook["objectSelector"] == {"matchExpressions": [
-                    {"key": c.NODE_TYPE_LABEL, "operator": "In", "values": list(c.MANAGED_ROLES)}]}
+                assert hook["objectSelector"] == spec["objectSelector"]
+                assert {"key": c.NODE_TYPE_LABEL, "operator": "In", "values": list(c.MANAGED_ROLES)} in \
+                    hook["objectSelector"]["matchExpressions"]
             (ns_expr,) = hook["namespaceSelector"]["matchExpressions"]
             assert (ns_expr["key"], ns_expr["operator"]) == ("kubernetes.io/metadata.name", "NotIn")
             assert {"kube-system", NAMESPACE} <= set(ns_expr["values"])
             assert hook["matchConditions"] == spec["matchConditions"]
         assert live["metadata"]["labels"]["app.kubernetes.io/part-of"] == "raykueue"
     mutating = api.get(config_path("mutatingwebhookconfigurations", c.MUTATING_WEBHOOK_CONFIG))
-    assert mutating["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
+    assert {hook["reinvocationPolicy"] for hook in mutating["webhooks"]} == {"IfNeeded"}
+    policy = api.get(f"{ADMISSION}/validatingadmissionpolicies/{c.STAMP_POLICY}")
+    assert policy["metadata"]["labels"]["app.kubernetes.io/part-of"] == "raykueue"
+    assert api.get(f"{ADMISSION}/validatingadmissionpolicybindings/{c.STAMP_POLICY}")["spec"][
+        "validationActions"] == ["Deny"]
 
 
 def test_deployment_pod_is_admitted(installed: devstack.Stack) -> None:
@@ -164,37 +173,43 @@ def test_deployment_pod_is_admitted(installed: devstack.Stack) -> None:
 
 def test_with_raykueue_down_only_opted_in_ray_pods_wait(installed: devstack.Stack,
                                                           new_namespace) -> None:
+    """As installed (the Service has no ready endpoint). tests/api/test_scope.py covers
+    the scope in full; this is the install's own check."""
     api = installed.api
     ns = new_namespace("managed")
     worker = {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.QUEUE_LABEL: "q"}
+    stamped = {**worker, c.OPTED_IN_LABEL: c.OPTED_IN_VALUE}
     opted_in = {c.STANDALONE_ANNOTATION: "true"}
+    owner = {"apiVersion": "ray.io/v1", "kind": c.RAYCLUSTER_KIND, "name": "rc",
+             "uid": str(uuid.uuid4()), "controller": True}
 
-    # Created normally: nothing of Ray, a Ray pod that cannot be opted in, and
+    # Created normally: nothing of Ray, another team's KubeRay pod (its RayCluster
+    # as owner; the legacy webhook fails open), a role raykueue never manages, and
     # anything in kube-system.
     create(api, pod("plain", ns))
-    create(api, pod("ray-not-opted-in", ns, labels=worker))
+    create(api, pod("ray-not-opted-in", ns, labels=worker, owner=owner))
+    create(api, pod("ray-unowned", ns, labels=worker))
     create(api, pod("ray-redis-cleanup", ns, labels={c.NODE_TYPE_LABEL: "redis-cleanup"},
                     annotations=opted_in))
     system_pod = f"ray-in-kube-system-{uuid.uuid4().hex[:6]}"
-    create(api, pod(system_pod, "kube-system", labels=worker, annotations=opted_in))
+    create(api, pod(system_pod, "kube-system", labels=stamped, annotations=opted_in))
     try:
         assert api.get(f"/api/v1/namespaces/kube-system/pods/{system_pod}")
     finally:
         api.delete(f"/api/v1/namespaces/kube-system/pods/{system_pod}")
 
-    # Fail closed: an opted-in Ray pod, an invalid opt-in (raykueue would deny
-    # it), and a pod whose RayCluster might carry the opt-in.
-    text = rejected_by_us(api, pod("ray-opted-in", ns, labels=worker, annotations=opted_in))
+    # Fail closed: a stamped pod of an opted-in cluster, a bare opted-in pod, an
+    # invalid bare opt-in (raykueue would deny it).
+    text = rejected_by_us(api, pod("ray-opted-in", ns, labels=stamped, owner=owner))
     assert "failed calling webhook" in text
+    rejected_by_us(api, pod("ray-bare-opted-in", ns, labels=worker, annotations=opted_in))
     rejected_by_us(api, pod("ray-bad-opt-in", ns, labels=worker,
                             annotations={c.STANDALONE_ANNOTATION: "yes"}))
-    owner = {"apiVersion": "ray.io/v1", "kind": c.RAYCLUSTER_KIND, "name": "rc",
-             "uid": str(uuid.uuid4()), "controller": True}
-    rejected_by_us(api, pod("ray-owned", ns, labels=worker, owner=owner))
 
     # Updates: a Ray pod without our gate never waits for raykueue; one with
     # it (created before raykueue went down) cannot be changed, gate or not.
-    path = f"/api/v1/namespaces/{ns}/pods/ray-not-opted-in"
+    # (Not the owned one: the garbage collector deletes it, its owner being made up.)
+    path = f"/api/v1/namespaces/{ns}/pods/ray-unowned"
     merge = {"content_type": "application/merge-patch+json"}
     api.call("PATCH", path, {"metadata": {"labels": {"touched": "yes"}}}, **merge)
     create(api, pod("ray-gated", ns, labels=worker, gates=[c.GATE]))
@@ -205,27 +220,6 @@ def test_with_raykueue_down_only_opted_in_ray_pods_wait(installed: devstack.Stac
             api.call("PATCH", gated, change, **merge)
         assert "validate-pods.raykueue.io" in str(err.value)
     assert rv.gates(api.get(gated)) == [c.GATE]
-
-
-def _token(api, seconds: int = 3600) -> str:
-    review = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token",
-                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                       "spec": {"expirationSeconds": seconds}})
-    return review["status"]["token"]
-
-
-def _service_account_kubeconfig(stack: devstack.Stack, token: str, path: Path) -> Path:
-    admin = yaml.safe_load(stack.kubeconfig.read_text())
-    ctx = next(x["context"] for x in admin["contexts"] if x["name"] == admin["current-context"])
-    cluster = next(x["cluster"] for x in admin["clusters"] if x["name"] == ctx["cluster"])
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "raykueue",
-        "clusters": [{"name": "stack", "cluster": cluster}],
-        "users": [{"name": "raykueue", "user": {"token": token}}],
-        "contexts": [{"name": "raykueue", "context": {"cluster": "stack", "user": "raykueue"}}],
-    }))
-    path.chmod(0o600)
-    return path
 
 
 def _admit(api, wl: dict[str, Any], flavor: str) -> None:
@@ -253,7 +247,8 @@ def test_installed_rbac_is_enough_to_run(installed: devstack.Stack, new_namespac
     shipped configurations, the shared certificate Secret, leader election,
     a Workload per pod and the gate lifted on admission, with no 403."""
     api = installed.api
-    kubeconfig = _service_account_kubeconfig(installed, _token(api), tmp_path / "sa.kubeconfig")
+    kubeconfig = token_kubeconfig(installed, service_account_token(api, NAMESPACE, SERVICE_ACCOUNT),
+                                  tmp_path / "sa.kubeconfig")
     server = RaykueueServer(installed, tmp_path, register=False, args=["--kubeconfig", str(kubeconfig)],
                             env={"KUBECONFIG": str(kubeconfig),
                                  "RAYKUEUE_POD_NAMESPACE": NAMESPACE,

@@ -21,11 +21,12 @@ from raykueue.core import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]
 RENAMED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-           "ValidatingWebhookConfiguration"}
+           "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+           "ValidatingAdmissionPolicyBinding"}
 CLUSTER_SCOPED = {
     "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration", "WorkloadPriorityClass", "ClusterQueue", "ResourceFlavor",
-    "PriorityClass",
+    "PriorityClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
 }
 CERT_MANAGER_GROUP = "cert-manager.io"
 
@@ -44,6 +45,8 @@ def dry_run(kubectl, path: Path, namespace: str, docs: list[dict] | None = None)
             doc["metadata"]["name"] += f"-{namespace}"
         if doc["kind"] == "ClusterRoleBinding":
             doc["roleRef"]["name"] += f"-{namespace}"
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            doc["spec"]["policyName"] += f"-{namespace}"
     out = kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server",
                   "--field-manager=manifest-test", "-o", "json", "-f", "-",
                   input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
@@ -62,7 +65,10 @@ def test_base_is_accepted(kubectl, new_namespace) -> None:
                 and o["metadata"]["name"].startswith(c.MUTATING_WEBHOOK_CONFIG))["webhooks"][0]
     assert hook["reinvocationPolicy"] == "IfNeeded" and hook["matchPolicy"] == "Equivalent"
     # The server compiled and kept the CEL conditions.
-    assert [m["name"] for m in hook["matchConditions"]] == ["opt-in-possible"]
+    assert [m["name"] for m in hook["matchConditions"]] == ["stamped-or-bare-opt-in"]
+    policy = next(o for o in applied if o["kind"] == "ValidatingAdmissionPolicy"
+                  and o["metadata"]["name"].startswith(c.STAMP_POLICY + "-"))
+    assert [v["name"] for v in policy["spec"]["variables"]] == ["optedIn", "stamps", "wasStamped"]
     deployment = next(o for o in applied if o["kind"] == "Deployment")
     (ctr,) = deployment["spec"]["template"]["spec"]["containers"]
     assert ctr["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
@@ -80,7 +86,7 @@ def test_optional_parts_are_accepted(kubectl, new_namespace, path: str, kinds: s
 
 def test_cert_manager_overlay_is_accepted(kubectl, new_namespace) -> None:
     """cert-manager's CRDs are not on the test stack: its two objects are checked in
-    tests/unit/test_manifests.py; everything the overlay patches is checked here."""
+    tests/tools/test_manifests.py; everything the overlay patches is checked here."""
     ns = new_namespace("certmanager")
     docs = build(kubectl, ROOT / "examples" / "cert-manager")
     ours = [d for d in docs if not d["apiVersion"].startswith(CERT_MANAGER_GROUP + "/")]

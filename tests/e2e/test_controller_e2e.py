@@ -24,7 +24,7 @@ from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from tests.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
 
 KUEUE = "kueue.x-k8s.io"
 WORKLOADS = crd(KUEUE, "v1beta2", "workloads")
@@ -57,13 +57,14 @@ def webhooks(e2e_stack, tmp_path_factory) -> Iterator[RaykueueServer]:
 
 
 @pytest.fixture
-def controller(e2e_stack, webhooks, tmp_path_factory) -> Iterator[RaykueueServer]:
+def controller(request, e2e_stack, webhooks, tmp_path_factory) -> Iterator[RaykueueServer]:
     # The controller runs as devstack's admin, which the webhook lets lift gates.
     server = RaykueueServer(e2e_stack, tmp_path_factory.mktemp("raykueue-controller"),
                             register=False, env={"RAYKUEUE_LEADER_ELECTION": "false"})
     server.start()
     yield server
     server.stop()
+    keep_logs_if_failed(request, e2e_stack, controller=server, webhooks=webhooks)
 
 
 @pytest.fixture

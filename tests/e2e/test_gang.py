@@ -2,16 +2,19 @@
 
 With `raykueue.io/gang: "true"` one cluster starts whole and the other waits
 whole (not one pod released, no Workload of it admitted) until the first goes;
-without it, pod-by-pod admission leaves both half started. `GangWatch` watches
-the namespace for the whole scenario: never a running raykueue pod without an
-admitted Workload covering it (its own, or its gang's base).
+without it, pod-by-pod admission leaves both half started. `GangWatch`
+(`invariants.GangInvariants`) watches the namespace for each whole scenario:
+never a pod past the gate without a Workload holding quota covering it (its own,
+or a slot of its gang's base), never the ClusterQueue over nominal, never an
+extra running on after its base is preempted; every wait checks them.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
@@ -21,13 +24,13 @@ from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import Rest
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
-from tests.e2e.invariants import WORKLOADS
+from tests.e2e.invariants import WORKLOADS, GangInvariants, InvariantBroken
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
     RAYCLUSTERS,
     admin,
     controller,
-    cq_cpu_reaches,
+    cq_usage,
     gated,
     millicores,
     pods,
@@ -40,6 +43,7 @@ from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401
 from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 BASE = 5  # head + 4 min workers
+T = TypeVar("T")
 
 
 def cluster(name: str, gang: bool) -> dict[str, Any]:
@@ -54,80 +58,29 @@ def ours(pod: dict[str, Any]) -> bool:
     return (pod["metadata"].get("labels") or {}).get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
 
 
-class GangWatch:
-    """Every pod and Workload change of a namespace, checked as it happens."""
+# Every gang scenario runs inside this watcher (tests/e2e/invariants.py), and every wait
+# fails at once on a broken invariant, naming it, instead of timing out after it.
+GangWatch = GangInvariants
 
-    def __init__(self, api: Rest, ns: str) -> None:
-        self.admin, self.ns = api, ns
-        self.violations: list[str] = []
-        self.held: set[str] = set()  # clusters none of whose pods may be released
-        self.created: dict[str, float] = {}  # pod uid -> when the watch first saw it
-        self.released: dict[str, float] = {}  # pod uid -> when it was first seen ungated
-        self.cluster_of: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self.pods = WatchCache(api, r.PODS, namespace=ns)
-        self.workloads = WatchCache(api, WORKLOADS, namespace=ns)
-        self.pods.add_handler(self._pod)
-        self.workloads.add_handler(self._workload)
 
-    def __enter__(self) -> GangWatch:
-        for cache in (self.workloads, self.pods):
-            cache.start()
-            assert cache.wait_synced(30)
-        return self
+def until(gw: GangInvariants, cond: Callable[[], T], timeout: float, message: str | Callable[[], str]
+          ) -> T:
+    """wait_for, with the gang's invariants checked at every poll."""
+    def check() -> T:
+        gw.check()
+        return cond()
 
-    def __exit__(self, *exc: object) -> None:
-        for cache in (self.pods, self.workloads):
-            cache.stop()
+    return wait_for(check, timeout=timeout, message=message, fatal=(InvariantBroken,))
 
-    def _covered(self, pod: dict[str, Any], wls: list[dict[str, Any]]) -> bool:
-        uid = pod["metadata"]["uid"]
-        gang = pod["metadata"]["labels"].get(c.GANG_LABEL)
-        for wl in wls:
-            if not w.is_admitted(wl) or w.is_finished(wl):
-                continue
-            if w.pod_uid_of(wl) == uid or (gang and gd.is_base(wl)
-                                           and wl["metadata"]["labels"].get(c.GANG_LABEL) == gang):
-                return True
-        return False
 
-    def _pod(self, event: str, pod: dict[str, Any]) -> None:
-        if not ours(pod) or event == "DELETED":
-            return
-        meta = pod["metadata"]
-        name = meta["labels"].get(c.CLUSTER_LABEL, "")
-        now = time.monotonic()
-        with self._lock:
-            self.created.setdefault(meta["uid"], now)
-            self.cluster_of[meta["uid"]] = name
-            if gated(pod) or meta.get("deletionTimestamp"):
-                return
-            self.released.setdefault(meta["uid"], now)
-            if name in self.held:
-                self.violations.append(f"pod {meta['name']} of held cluster {name} released")
-        if not self._covered(pod, self.workloads.list(self.ns)):
-            # The Workload watch may lag the pod watch: ask the API server.
-            fresh = self.admin.get(WORKLOADS.path(self.ns))["items"]
-            if not self._covered(pod, fresh):
-                with self._lock:
-                    self.violations.append(f"pod {meta['name']} runs without an admitted Workload")
+def cq_cpu_reaches_held(gw: GangInvariants, api: Rest, ns: str, want_millicores: int) -> None:
+    """The ClusterQueue's reserved cpu reaches `want_millicores` (Kueue writes it on its own
+    schedule, after the Workloads), the invariants holding meanwhile."""
+    def cpu() -> int:
+        return millicores(cq_usage(api, ns).get("cpu", "0"))
 
-    def _workload(self, event: str, wl: dict[str, Any]) -> None:
-        name = (wl["metadata"].get("labels") or {}).get(c.CLUSTER_LABEL, "")
-        with self._lock:
-            if event != "DELETED" and name in self.held and w.is_quota_reserved(wl):
-                self.violations.append(f"Workload {wl['metadata']['name']} of held cluster "
-                                       f"{name} holds quota")
-
-    def release_window(self, name: str) -> float:
-        """Seconds from the last base pod seen created to the last base pod seen released."""
-        with self._lock:
-            uids = [u for u, n in self.cluster_of.items() if n == name and u in self.released]
-            return max(self.released[u] for u in uids) - max(self.created[u] for u in uids)
-
-    def assert_held(self) -> None:
-        with self._lock:
-            assert not self.violations, "gang invariants broken:\n" + "\n".join(self.violations)
+    until(gw, lambda: cpu() == want_millicores, timeout=60,
+          message=lambda: f"ClusterQueue cpu reservation == {want_millicores}m, is {cpu()}m")
 
 
 def api_writes(server: RaykueueServer) -> float:
@@ -155,8 +108,8 @@ def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue)
     with watched(admin, ns), GangWatch(admin, ns) as gw:
         gw.held.add("b")
         admin.create(RAYCLUSTERS.path(ns), cluster("a", gang=True))
-        wait_for(lambda: len(started(admin, ns, "a")) == BASE, timeout=120,
-                 message="cluster a started whole")
+        until(gw, lambda: len(started(admin, ns, "a")) == BASE, timeout=120,
+              message="cluster a started whole")
         base = base_of(admin, ns, "a")
         assert base is not None and w.is_admitted(base)
         assert {ps["name"]: ps["count"] for ps in base["spec"]["podSets"]} == {"head": 1, "cpu": 4}
@@ -165,8 +118,8 @@ def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue)
         window = gw.release_window("a")
 
         admin.create(RAYCLUSTERS.path(ns), cluster("b", gang=True))
-        wait_for(lambda: waiting_whole(admin, ns, "b") and base_of(admin, ns, "b") is not None,
-                 timeout=120, message="cluster b's five pods gated and its base Workload queued")
+        until(gw, lambda: waiting_whole(admin, ns, "b") and base_of(admin, ns, "b") is not None,
+              timeout=120, message="cluster b's five pods gated and its base Workload queued")
         b_base = base_of(admin, ns, "b")
         assert b_base is not None and not w.is_quota_reserved(b_base)
         # Nothing of b holds quota: only a's base does.
@@ -176,8 +129,8 @@ def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue)
         with gw._lock:
             gw.held.discard("b")
         admin.delete(RAYCLUSTERS.path(ns, "a"))
-        wait_for(lambda: len(started(admin, ns, "b")) == BASE, timeout=180,
-                 message="cluster b started whole once a was gone")
+        until(gw, lambda: len(started(admin, ns, "b")) == BASE, timeout=180,
+              message="cluster b started whole once a was gone")
         writes = api_writes(controller)
         created = len(gw.created)
         gw.assert_held()
@@ -196,7 +149,7 @@ def test_without_the_annotation_both_clusters_half_start(admin, controller, queu
             counts = (len(started(admin, ns, "a")), len(started(admin, ns, "b")))
             return counts if sum(counts) == 6 else None
 
-        counts = wait_for(half_started, timeout=120, message="six of ten pods started")
+        counts = until(gw, half_started, timeout=120, message="six of ten pods started")
         # Both heads hold quota, so at most one cluster is whole and the other holds
         # quota it cannot use (how the six split depends on Kueue's order).
         assert all(counts), f"both heads run: {counts}"
@@ -276,20 +229,20 @@ def test_scale_down_of_base_pods_moves_extras_in_and_quota_follows(admin, contro
         obj = cluster("a", gang=True)
         obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = 2  # base: head + 2; 2 extras
         admin.create(RAYCLUSTERS.path(ns), obj)
-        wait_for(lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
-                 timeout=120, message="head, 2 base workers and 2 extras running")
-        cq_cpu_reaches(admin, ns, 2500)
+        until(gw, lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
+              timeout=120, message="head, 2 base workers and 2 extras running")
+        cq_cpu_reaches_held(gw, admin, ns, 2500)
         for replicas in (3, 2):
             extras = own_workload_pods(admin, ns)
             base_workers = sorted(p["metadata"]["name"] for p in started(admin, ns, "a")
                                   if p["metadata"]["uid"] not in extras
                                   and p["metadata"]["labels"][c.NODE_TYPE_LABEL] == "worker")
             scale(admin, ns, "a", replicas, base_workers[:1])
-            wait_for(lambda r=replicas: len(own_workload_pods(admin, ns)) == r - 2
-                     and len(started(admin, ns, "a")) == r + 1,
-                     timeout=120, message=f"an extra moved into the base ({replicas} workers)")
-            cq_cpu_reaches(admin, ns, 500 * (replicas + 1))
-        wait_for(lambda: not qw.open_excess(), timeout=30, message="no quota held for gone pods")
+            until(gw, lambda r=replicas: len(own_workload_pods(admin, ns)) == r - 2
+                  and len(started(admin, ns, "a")) == r + 1,
+                  timeout=120, message=f"an extra moved into the base ({replicas} workers)")
+            cq_cpu_reaches_held(gw, admin, ns, 500 * (replicas + 1))
+        until(gw, lambda: not qw.open_excess(), timeout=30, message="no quota held for gone pods")
         gw.assert_held()
     print(f"\nGANG SCALE-DOWN: quota held beyond live pods for at most "
           f"{max(qw.windows, default=0.0):.2f}s ({len(qw.windows)} stretches)")
@@ -304,17 +257,17 @@ def test_api_writes_per_pod_with_and_without_gang(admin, controller, queue):  # 
             name = "g" if gang else "p"
             before = api_writes(controller)
             admin.create(RAYCLUSTERS.path(ns), cluster(name, gang=gang))
-            wait_for(lambda n=name: len(started(admin, ns, n)) == BASE, timeout=120,
-                     message=f"cluster {name} running")
+            until(gw, lambda n=name: len(started(admin, ns, n)) == BASE, timeout=120,
+                  message=f"cluster {name} running")
 
             def ready(n: str = name) -> bool:
                 wls = [x for x in admin.get(WORKLOADS.path(ns))["items"]
                        if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == n]
                 return bool(wls) and all(w.is_true(x, w.PODS_READY) for x in wls)
 
-            wait_for(ready, timeout=120, message=f"PodsReady on every Workload of {name}")
+            until(gw, ready, timeout=120, message=f"PodsReady on every Workload of {name}")
             admin.delete(RAYCLUSTERS.path(ns, name))
-            wait_for(lambda n=name: not pods(admin, ns, n) and not [
+            until(gw, lambda n=name: not pods(admin, ns, n) and not [
                 x for x in admin.get(WORKLOADS.path(ns))["items"]
                 if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == n],
                 timeout=120, message=f"cluster {name} and its Workloads gone")
@@ -331,8 +284,8 @@ def test_preemption_takes_an_extra_never_the_base(admin, controller, queue):  # 
         a_obj = cluster("a", gang=True)
         a_obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = 2  # base: head + 2; 2 extras
         admin.create(RAYCLUSTERS.path(ns), a_obj)
-        wait_for(lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
-                 timeout=120, message="a: head, 2 base workers and 2 extras running")
+        until(gw, lambda: len(started(admin, ns, "a")) == BASE and len(own_workload_pods(admin, ns)) == 2,
+              timeout=120, message="a: head, 2 base workers and 2 extras running")
         a_base = base_of(admin, ns, "a")
         assert a_base is not None
         a_base_pods = {p["metadata"]["uid"] for p in started(admin, ns, "a")} - own_workload_pods(admin, ns)
@@ -340,9 +293,9 @@ def test_preemption_takes_an_extra_never_the_base(admin, controller, queue):  # 
         b_obj = cluster("b", gang=True)
         b_obj["spec"]["workerGroupSpecs"][0].update(replicas=2, minReplicas=2)
         admin.create(RAYCLUSTERS.path(ns), b_obj)
-        wait_for(lambda: len(started(admin, ns, "b")) == 3, timeout=120, message="b started whole")
+        until(gw, lambda: len(started(admin, ns, "b")) == 3, timeout=120, message="b started whole")
         # a keeps its base (same Workload, same pods) and one extra; the other extra was taken.
-        wait_for(lambda: len(started(admin, ns, "a")) == 4, timeout=60, message="a down to 4 pods")
+        until(gw, lambda: len(started(admin, ns, "a")) == 4, timeout=60, message="a down to 4 pods")
         now_base = base_of(admin, ns, "a")
         assert now_base is not None and now_base["metadata"]["uid"] == a_base["metadata"]["uid"]
         assert w.is_admitted(now_base) and not w.is_evicted(now_base)

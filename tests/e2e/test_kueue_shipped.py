@@ -135,14 +135,17 @@ def _owned_cluster(admin: Rest, ns: str, kind: str, owner: str) -> str:  # noqa:
 
 
 def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):  # noqa: F811
-    ns = queue(cpu="3", memory="3Gi")
+    # The head's quota covers KubeRay's submitter container too (SidecarMode: 500m).
+    ns = queue(cpu="3500m", memory="4Gi")
     with watched(admin, ns):
         admin.create(RAYJOBS.path(ns), {
             "apiVersion": "ray.io/v1", "kind": "RayJob",
             "metadata": {"name": "job", "labels": {c.QUEUE_LABEL: "team-a"},
                          "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+            # SidecarMode: the submitter runs in the head pod, counted in its Workload
+            # (raykueue refuses K8sJobMode, whose submitter pod no Workload would count).
             "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": _cluster_spec(2),
-                     "shutdownAfterJobFinishes": True}})
+                     "submissionMode": "SidecarMode", "shutdownAfterJobFinishes": True}})
         job = admin.get(RAYJOBS.path(ns, "job"))
         assert not job["spec"].get("suspend") and c.QUEUE_LABEL not in (job["metadata"].get("labels") or {})
         cluster = _owned_cluster(admin, ns, "RayJob", "job")
@@ -166,6 +169,78 @@ def test_a_rayservice_opted_in_runs_its_cluster_pod_by_pod(admin, controller, qu
         cluster = _owned_cluster(admin, ns, "RayService", "svc")
         raykueue_runs_it(admin, ns, cluster, 2, 0, "default")
         no_kueue_workload_for(admin, ns, "RayService", "svc")
+
+
+KUEUE_MUTATING = "kueue-mutating-webhook-configuration"
+
+
+def webhook_calls(stack, name: str) -> float:
+    """How many times the API server has called the mutating webhook `name` (its own metric)."""
+    out = stack.kubectl("get", "--raw", "/metrics")
+    assert out.returncode == 0, out.stderr
+    return sum(float(line.rsplit(" ", 1)[1]) for line in out.stdout.splitlines()
+               if line.startswith("apiserver_admission_webhook_request_total{")
+               and f'name="{name}"' in line and 'type="admit"' in line)
+
+
+def set_reinvocation(admin: Rest, config: str, policy: str, only: str | None = None) -> None:  # noqa: F811
+    path = MUTATING_WEBHOOK_CONFIGURATIONS.path(name=config)
+    hooks = admin.get(path)["webhooks"]
+    admin.json_patch(path, [{"op": "add", "path": f"/webhooks/{i}/reinvocationPolicy", "value": policy}
+                            for i, hook in enumerate(hooks) if only in (None, hook["name"])])
+
+
+@contextlib.contextmanager
+def kueue_reinvoked(admin: Rest, stack, ns: str) -> Iterator[None]:  # noqa: F811
+    """Kueue's mutating webhooks as its Helm chart sets them with
+    `mutatingWebhook.reinvocationPolicy: IfNeeded`, until the block ends."""
+    set_reinvocation(admin, KUEUE_MUTATING, "IfNeeded")
+
+    def reinvoked() -> bool:
+        # raykueue's last stage changes the object, so a reinvocable Kueue
+        # webhook is called twice for one creation once the API server has it.
+        before = webhook_calls(stack, "mraycluster.kb.io")
+        admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("probe", 0, queue_label=False),
+                     query={"dryRun": "All"})
+        return webhook_calls(stack, "mraycluster.kb.io") - before == 2
+
+    try:
+        wait_for(reinvoked, timeout=30, message="the API server to reinvoke Kueue's Ray webhook")
+        yield
+    finally:
+        set_reinvocation(admin, KUEUE_MUTATING, "Never")
+
+
+def test_opted_in_clusters_stay_raykueues_when_kueues_webhooks_are_reinvoked(
+        admin, controller, queue, e2e_stack):  # noqa: F811
+    """Kueue's Ray and pod webhooks reinvoked after ours put the default queue, the
+    suspend and their pod gate back; ours, IfNeeded too, are reinvoked after them."""
+    ns = queue(cpu="3", memory="3Gi", local_queue="default")
+    with kueue_reinvoked(admin, e2e_stack, ns), watched(admin, ns):
+        admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("rc", 2, queue_label=False))
+        stored = admin.get(RAYCLUSTERS.path(ns, "rc"))
+        assert c.QUEUE_LABEL not in (stored["metadata"].get("labels") or {})
+        assert not stored["spec"].get("suspend")
+        raykueue_runs_it(admin, ns, "rc", 2, 0, "default")
+        no_kueue_workload_for(admin, ns, "RayCluster", "rc")
+
+
+def test_why_the_last_stage_is_reinvoked_too(admin, webhooks, queue, e2e_stack):  # noqa: F811
+    """The API server reinvokes only IfNeeded webhooks (k8s.io/apiserver mutating
+    dispatcher): with raykueue's last stage Never, a reinvoked Kueue has the last word."""
+    ns = queue(cpu="1", memory="1Gi", local_queue="default")
+    set_reinvocation(admin, c.MUTATING_WEBHOOK_CONFIG, "Never", only="last-ray-objects.raykueue.io")
+    try:
+        with kueue_reinvoked(admin, e2e_stack, ns):
+            def kueues() -> dict[str, Any] | None:
+                obj = admin.create(RAYCLUSTERS.path(ns), opted_in_cluster("rc", 0, queue_label=False),
+                                   query={"dryRun": "All"})
+                return obj if obj["spec"].get("suspend") else None
+
+            taken = wait_for(kueues, timeout=30, message="a reinvoked Kueue to suspend the cluster")
+            assert taken["metadata"]["labels"][c.QUEUE_LABEL] == c.DEFAULT_LOCAL_QUEUE
+    finally:
+        set_reinvocation(admin, c.MUTATING_WEBHOOK_CONFIG, "IfNeeded", only="last-ray-objects.raykueue.io")
 
 
 def test_objects_not_opted_in_stay_kueues_exactly_as_before(admin, controller, queue):  # noqa: F811

@@ -49,13 +49,17 @@ def raykueue_webhooks(admin: Rest) -> list[str]:  # noqa: F811
 
 
 def alone_on_the_stack(admin: Rest, ns: str) -> None:  # noqa: F811
-    """The uninstall acts cluster-wide: wait until no other test's opted-in object is left."""
+    """The uninstall acts cluster-wide: wait until no other test's opted-in object is left
+    (those in a namespace being deleted, as the uninstall itself, leave to the namespace
+    controller: a finalizer another test left there may hold them for long)."""
     def others() -> list[str]:
+        terminating = {n["metadata"]["name"] for n in admin.get("/api/v1/namespaces")["items"]
+                       if (n.get("status") or {}).get("phase") == "Terminating"}
         found = []
         for kind, res in RAY.items():
             for obj in admin.get(res.path())["items"]:
                 meta = obj["metadata"]
-                if meta["namespace"] != ns and (meta.get("annotations") or {}).get(
+                if meta["namespace"] not in (ns, *terminating) and (meta.get("annotations") or {}).get(
                         c.STANDALONE_ANNOTATION) == "true":
                     found.append(f"{kind} {meta['namespace']}/{meta['name']}")
         return found

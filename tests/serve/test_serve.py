@@ -92,7 +92,7 @@ def test_certificate_reload_without_dropping_requests(server, tmp_path: Path) ->
     trust_both = _ctx(cert_dir / "ca.crt", new_ca_file)
     old_fingerprint = _peer_fingerprint(port, trust_both)
 
-    body = rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, "true")
+    body = rv.set_label(rv.worker_review(), c.OPTED_IN_LABEL, c.OPTED_IN_VALUE)
     body = rv.set_label(body, c.QUEUE_LABEL, "team-a")
     failures: list[str] = []
     answered = 0
@@ -164,7 +164,7 @@ def test_an_idle_connection_is_kept_past_uvicorns_old_default_and_reused(server)
     # closes one after 5 s, so the first review after a pause paid a new handshake.
     port, cert_dir, _ = server
     ca = cert_dir / "ca.crt"
-    body = rv.set_label(rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, "true"),
+    body = rv.set_label(rv.set_label(rv.worker_review(), c.OPTED_IN_LABEL, c.OPTED_IN_VALUE),
                         c.QUEUE_LABEL, "team-a")
     before = _handshakes(port, ca)
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=_ctx(ca), timeout=5)

@@ -18,6 +18,8 @@ import yaml
 from devstack.config import default_bin_dir
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
+from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
+from tests.podenv import kubelet_env, settings_from
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -59,21 +61,52 @@ def env(objs: dict) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objs)["env"]}
 
 
+def granted_to(objs: dict, account: str = "raykueue") -> list[dict[str, Any]]:
+    """Every rule of every Role and ClusterRole bound to the ServiceAccount."""
+    rules: list[dict[str, Any]] = []
+    for (kind, _), binding in objs.items():
+        if kind not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == account
+                   for s in binding["subjects"]):
+            continue
+        ref = binding["roleRef"]
+        rules += objs[(ref["kind"], ref["name"])]["rules"]
+    return rules
+
+
+def webhook_configuration_writes(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]
+            and set(r["verbs"]) - {"get", "list", "watch"}]
+
+
 def test_everything_namespaced_lives_in_raykueue_system(objs: dict) -> None:
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
-                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     for (kind, name), obj in objs.items():
         if kind not in cluster_scoped:
             assert obj["metadata"].get("namespace") == NAMESPACE, (kind, name)
     assert ("Namespace", NAMESPACE) in objs
 
 
-def test_service_account_is_the_default_controller_identity(objs: dict) -> None:
+def test_service_account_is_the_controller_identity(objs: dict,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     assert ("ServiceAccount", "raykueue") in objs
-    pod = objs[("Deployment", "raykueue")]["spec"]["template"]["spec"]
-    identity = f"system:serviceaccount:{NAMESPACE}:{pod['serviceAccountName']}"
+    deployment = objs[("Deployment", "raykueue")]
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    identity = c.service_account_user(NAMESPACE, account)
     assert identity == c.DEFAULT_CONTROLLER_IDENTITY
-    assert identity in Settings().controller_identities
+    assert settings_from(kubelet_env(deployment), monkeypatch).controller_identities == [identity]
+
+
+def test_the_kubelet_expands_only_what_is_defined_above() -> None:
+    """The resolver the manifests' tests read the Deployment's environment with."""
+    deployment = {"metadata": {"namespace": "x"}, "spec": {"template": {"spec": {"containers": [
+        {"env": [{"name": "A", "value": "$(NS).svc"},
+                 {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                 {"name": "B", "value": "$(NS).svc"}]}]}}}}
+    assert kubelet_env(deployment) == {"A": "$(NS).svc", "NS": "x", "B": "x.svc"}
 
 
 def test_webhooks_match_the_contract(objs: dict) -> None:
@@ -102,8 +135,9 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
     mutating = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
     # The conditions name the very keys the admission code reads; what they
-    # let through is proven against the real API server (tests/api/test_install.py).
+    # let through is proven against the real API server (tests/api/test_scope.py).
     (opt_in,) = mutating["matchConditions"]
+    assert f"'{c.OPTED_IN_LABEL}'" in opt_in["expression"]
     assert c.STANDALONE_ANNOTATION in opt_in["expression"]
     assert f"'{c.RAY_API_GROUP}/'" in opt_in["expression"]
     validating = objs[("ValidatingWebhookConfiguration", c.VALIDATING_WEBHOOK_CONFIG)]["webhooks"][0]
@@ -116,25 +150,56 @@ def test_webhooks_match_the_contract(objs: dict) -> None:
 def test_ray_object_webhooks_sit_around_kueues(objs: dict) -> None:
     service = objs[("Service", "raykueue-webhook")]
     port = next(p for p in service["spec"]["ports"] if p["name"] == "webhook")["port"]
-    (first,) = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
-    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][1]
+    firsts = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
+    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][2]
     # Before Kueue's configuration on the way in, after it on the way out.
     kueue = "kueue-mutating-webhook-configuration"
     assert c.FIRST_MUTATING_WEBHOOK_CONFIG < kueue < c.MUTATING_WEBHOOK_CONFIG
-    for hook, path, ops in ((first, c.RAY_OBJECTS_FIRST_PATH, ["CREATE", "UPDATE"]),
-                            (last, c.RAY_OBJECTS_LAST_PATH, ["CREATE"])):
+    # One first-stage entry per kind, since CEL reads each kind's templates where it keeps them.
+    assert sorted(r for hook in firsts for r in hook["rules"][0]["resources"]) == [
+        "rayclusters", "rayjobs", "rayservices"]
+    for hook, path, policy in (*((f, c.RAY_OBJECTS_FIRST_PATH, "Never") for f in firsts),
+                               (last, c.RAY_OBJECTS_LAST_PATH, "IfNeeded")):
         svc = hook["clientConfig"]["service"]
         assert (svc["name"], svc["namespace"], svc["path"], svc["port"]) == (
             "raykueue-webhook", NAMESPACE, path, port)
         (rule,) = hook["rules"]
-        assert rule["apiGroups"] == [c.RAY_API_GROUP] and rule["operations"] == ops
-        assert set(rule["resources"]) == {"rayclusters", "rayjobs", "rayservices"}
-        assert hook["reinvocationPolicy"] == "Never" and hook["failurePolicy"] == "Fail"
+        assert rule["apiGroups"] == [c.RAY_API_GROUP] and rule["operations"] == ["CREATE", "UPDATE"]
+        # The first stage runs before Kueue's; the last is reinvoked after a reinvoked Kueue.
+        assert hook["reinvocationPolicy"] == policy and hook["failurePolicy"] == "Fail"
         opt_in, scope = hook["matchConditions"]
         assert c.STANDALONE_ANNOTATION in opt_in["expression"]
-        # Scaling updates (the autoscaler's) never wait for raykueue.
+        # Updates that change nothing of ours (the autoscaler's) never wait for raykueue.
         assert "request.operation == 'CREATE'" in scope["expression"]
         assert f"'{c.QUEUE_LABEL}'" in scope["expression"]
+    assert set(last["rules"][0]["resources"]) == {"rayclusters", "rayjobs", "rayservices"}
+    rayclusters = next(f for f in firsts if f["rules"][0]["resources"] == ["rayclusters"])
+    assert f"'{c.OPTED_IN_LABEL}'" in rayclusters["matchConditions"][1]["expression"]
+
+
+def test_the_legacy_pod_webhook_never_blocks(objs: dict) -> None:
+    """Pods of clusters opted in before templates were stamped: gated while raykueue is
+    up, created as usual while it is down (docs/KUEUE.md, upgrade notes)."""
+    pods, legacy = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][:2]
+    assert legacy["failurePolicy"] == "Ignore" and legacy["timeoutSeconds"] <= 2
+    paths = {hook["clientConfig"]["service"]["path"] for hook in (pods, legacy)}
+    assert paths == {c.MUTATE_PATH}
+    assert {"key": c.OPTED_IN_LABEL, "operator": "NotIn", "values": [c.OPTED_IN_VALUE]} in \
+        legacy["objectSelector"]["matchExpressions"]
+    (owned,) = legacy["matchConditions"]
+    assert f"'{c.RAY_API_GROUP}/'" in owned["expression"]
+
+
+def test_the_stamp_is_protected_by_a_policy_bound_to_deny(objs: dict) -> None:
+    policy = objs[("ValidatingAdmissionPolicy", c.STAMP_POLICY)]["spec"]
+    binding = objs[("ValidatingAdmissionPolicyBinding", c.STAMP_POLICY)]["spec"]
+    assert binding == {"policyName": c.STAMP_POLICY, "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["rayclusters"] and rule["operations"] == ["CREATE", "UPDATE"]
+    (ns_expr,) = policy["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert ns_expr["operator"] == "NotIn" and {NAMESPACE, "kube-system"} <= set(ns_expr["values"])
+    assert any(c.FIRST_MUTATING_WEBHOOK_CONFIG in v["messageExpression"] for v in policy["validations"])
 
 
 def test_service_targets_the_pods_and_their_https_port(objs: dict) -> None:
@@ -148,7 +213,7 @@ def test_service_targets_the_pods_and_their_https_port(objs: dict) -> None:
 
 def test_certificate_names_match_the_service_and_rbac(objs: dict) -> None:
     e = env(objs)
-    assert e["RAYKUEUE_DNS_NAMES"].split(",") == SERVICE_DNS
+    assert kubelet_env(objs[("Deployment", "raykueue")])["RAYKUEUE_DNS_NAMES"].split(",") == SERVICE_DNS
     role = objs[("Role", "raykueue")]
     named = {(r["resources"][0], n) for r in role["rules"] for n in r.get("resourceNames", [])}
     assert ("secrets", e["RAYKUEUE_CERT_SECRET"]) in named
@@ -157,15 +222,16 @@ def test_certificate_names_match_the_service_and_rbac(objs: dict) -> None:
 
 
 def test_rbac_restricts_webhook_patches_to_our_configurations(objs: dict) -> None:
-    rules = objs[("ClusterRole", "raykueue")]["rules"]
-    admission = [r for r in rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
-    writes = [r for r in admission if set(r["verbs"]) - {"get", "list", "watch"}]
+    rules = granted_to(objs)
+    writes = webhook_configuration_writes(rules)
     assert all(r.get("resourceNames") for r in writes)
     assert {n for r in writes for n in r["resourceNames"]} == {name for _, name in c.WEBHOOK_CONFIGS}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
-    secrets = [r for r in rules if "secrets" in r["resources"]]
+    cluster_wide = [r for (kind, _), role in objs.items() if kind == "ClusterRole"
+                    for r in role["rules"]]
+    secrets = [r for r in cluster_wide if "secrets" in r["resources"]]
     assert not secrets, "no cluster-wide access to Secrets"
 
 
@@ -219,20 +285,44 @@ def test_priorities_component_has_the_default_classes() -> None:
     assert head > classes[("WorkloadPriorityClass", c.DEFAULT_WORKER_PRIORITY_CLASS)]["value"]
 
 
-def test_examples_queue_an_opted_in_raycluster() -> None:
+def test_examples_queue_an_opted_in_raycluster_in_the_form_that_shows_no_drift() -> None:
     examples = by_name(build(EXAMPLES))
-    rc = examples[("RayCluster", "sample")]["metadata"]
+    cluster = examples[("RayCluster", "sample")]
+    rc = cluster["metadata"]
     assert rc["annotations"][c.STANDALONE_ANNOTATION] == "true"
-    queue = rc["labels"][c.QUEUE_LABEL]
+    # Our annotation from the start, never the label raykueue would move
+    # (tests/e2e/test_gitops.py applies this file twice).
+    assert c.QUEUE_LABEL not in rc.get("labels", {})
+    queue = rc["annotations"][c.QUEUE_ANNOTATION]
+    spec = cluster["spec"]
+    for template in [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]:
+        assert template["metadata"]["labels"][c.OPTED_IN_LABEL] == c.OPTED_IN_VALUE
+    assert {"name": ALLOCATE_TIMEOUT_ENV, "value": str(Settings().autoscaler_allocate_timeout_seconds)} in \
+        spec["autoscalerOptions"]["env"]
     lq = examples[("LocalQueue", queue)]
     assert lq["metadata"]["namespace"] == rc["namespace"]
     assert ("ClusterQueue", lq["spec"]["clusterQueue"]) in examples
 
 
+def test_with_cert_manager_raykueue_cannot_write_webhook_configurations(objs: dict) -> None:
+    """The component says raykueue loses the RBAC for caBundle: cert-manager's CA
+    injector writes it. Issue 21: the ClusterRole still let it patch all three."""
+    assert webhook_configuration_writes(granted_to(objs)), "the base install injects caBundle"
+    overlay = by_name(build(CERT_MANAGER))
+    assert webhook_configuration_writes(granted_to(overlay)) == []
+    # What coexist/ reads is still readable.
+    reads = [r for r in granted_to(overlay) if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert any("mutatingwebhookconfigurations" in r["resources"] and {"list", "watch"} <= set(r["verbs"])
+               for r in reads)
+
+
 def test_cert_manager_overlay_hands_the_certificate_to_cert_manager(objs: dict) -> None:
     overlay = by_name(build(CERT_MANAGER))
-    # Everything the base installs is still there, plus the issuer and certificate.
-    assert set(objs) < set(overlay)
+    # Everything the base installs is still there but the caBundle writer's role,
+    # plus the issuer and certificate.
+    injection = {("ClusterRole", "raykueue-ca-injection"), ("ClusterRoleBinding", "raykueue-ca-injection")}
+    assert injection <= set(objs) and not injection & set(overlay)
+    assert set(objs) - injection < set(overlay)
     assert {("Issuer", "raykueue-selfsigned"), ("Certificate", "raykueue-webhook")} <= set(overlay)
     cert = overlay[("Certificate", "raykueue-webhook")]
     assert cert["metadata"]["namespace"] == NAMESPACE
@@ -260,3 +350,30 @@ def test_cert_manager_overlay_hands_the_certificate_to_cert_manager(objs: dict) 
         assert config["webhooks"] == objs[(kind, name)]["webhooks"]
     role = overlay[("Role", "raykueue")]
     assert not [r for r in role["rules"] if "secrets" in r["resources"]]
+
+
+def test_raykueues_own_writes_are_bounded_by_a_policy(objs: dict) -> None:
+    """The policy's names are the code's, and it binds the account the server derives
+    in any namespace; what it refuses is shown on the real API server
+    (tests/api/test_own_writes.py)."""
+    policy = objs[("ValidatingAdmissionPolicy", "raykueue-own-writes")]["spec"]
+    binding = objs[("ValidatingAdmissionPolicyBinding", "raykueue-own-writes")]["spec"]
+    assert binding == {"policyName": "raykueue-own-writes", "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    covered = {(r["apiGroups"][0], res, op) for r in policy["matchConstraints"]["resourceRules"]
+               for res in r["resources"] for op in r["operations"]}
+    operation = {"patch": "UPDATE", "update": "UPDATE", "delete": "DELETE", "create": "CREATE"}
+    granted = {(g, res, operation[v]) for r in granted_to(objs) for g in r["apiGroups"]
+               for res in r["resources"] for v in r["verbs"] if v in operation
+               and res.split("/")[0] in ("pods", "workloads")}
+    # Every write of pods and Workloads RBAC grants is under the policy; pods/finalizers
+    # is only the OwnerReferencesPermissionEnforcement check of blockOwnerDeletion.
+    assert granted - {("", "pods/finalizers", "UPDATE")} <= covered
+    assert ("", "pods", "DELETE") in granted and ("kueue.x-k8s.io", "workloads/status", "UPDATE") in granted
+    (account,) = policy["matchConditions"]
+    text = yaml.safe_dump(policy)
+    for name in (c.GATE, c.MANAGED_BY_LABEL, c.MANAGED_BY_VALUE):
+        assert name in text
+    user = account["expression"]
+    assert "startsWith('system:serviceaccount:')" in user and "endsWith(':raykueue')" in user
+    assert Settings().service_account == "raykueue"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from raykueue.app.lookup import ClusterView, keep_metadata
+from raykueue.coexist.kueueconfig import KueueSetup
 from raykueue.core import contract as c
 from testkit import reviews as rv
 
@@ -61,3 +62,24 @@ def test_keep_metadata_keeps_what_rules_and_watches_need() -> None:
     assert kept == {"kind": "RayCluster", "metadata": {
         "name": "a", "namespace": "n", "resourceVersion": "7", "labels": {"l": "1"},
         "annotations": {"x": "y"}}}
+
+
+def kueue_managing_unqueued() -> KueueSetup:
+    return KueueSetup(frozenset({"ray.io/raycluster"}), True, {"matchLabels": {"kueue-managed": "true"}},
+                      True, "test")
+
+
+def test_ray_object_facts_judge_the_namespace_by_its_labels() -> None:
+    namespaces = Store({"metadata": {"name": "managed", "labels": {"kueue-managed": "true"}}},
+                       {"metadata": {"name": "free", "labels": {}}})
+    view = ClusterView({}, Store(owned(c.DEFAULT_LOCAL_QUEUE, "LocalQueue")), kueue=kueue_managing_unqueued,
+                       namespaces=namespaces)
+    rc = {"kind": "RayCluster"}
+    assert view.facts_for(rc, "managed").kueue_manages_unqueued is True
+    assert view.facts_for(rc, "free").kueue_manages_unqueued is False
+    # Not in the cache yet: cannot tell, so the first stage asks for a retry.
+    assert view.facts_for(rc, "new").kueue_manages_unqueued is None
+    # A kind whose integration is off is never Kueue's.
+    assert view.facts_for({"kind": "RayJob"}, "managed").kueue_manages_unqueued is False
+    assert view.facts_for(rc, "team-a").default_queue_exists
+    assert not ClusterView.offline().facts_for(rc, "team-a").default_queue_exists

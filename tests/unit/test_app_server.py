@@ -40,7 +40,7 @@ def client():
 
 
 def gated_head() -> bytes:
-    review = rv.set_annotation(rv.head_review(), c.STANDALONE_ANNOTATION, "true")
+    review = rv.set_label(rv.head_review(), c.OPTED_IN_LABEL, c.OPTED_IN_VALUE)
     return json.dumps(rv.set_label(review, c.QUEUE_LABEL, "team-a")).encode()
 
 

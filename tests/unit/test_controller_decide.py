@@ -81,9 +81,29 @@ def test_pod_without_queue_waits_and_warns():
     assert not [x for x in actions if isinstance(x, a.CreateWorkload)]
 
 
-def test_ungated_pod_without_workload_is_left_alone():
-    pod = o.pod(gated=False, phase="Running", ready=True)
-    assert d.decide(pod, [], ctx()) == []
+@pytest.mark.parametrize("role", [c.ROLE_WORKER, c.ROLE_HEAD])
+def test_a_running_pod_whose_workload_was_deleted_is_evicted_to_queue_again(role):
+    """Issue 21: past the gate, a pod whose Workload someone deleted ran on outside
+    quota (left alone before). A running pod cannot be gated again: it goes, and
+    KubeRay recreates it behind the gate."""
+    pod = o.pod(role, gated=False, phase="Running", ready=True)
+    (action,) = d.decide(pod, [], ctx())
+    assert isinstance(action, a.EvictPod)
+    assert action.reason == a.EVICTED_WORKLOAD_DELETED and action.head == (role == c.ROLE_HEAD)
+    assert action.workload == w.workload_name(pod) and "quota" in action.message
+
+
+@pytest.mark.parametrize("pod", [
+    pytest.param(lambda: o.pod(gated=False, phase="Running", deleting=True), id="being-deleted"),
+    pytest.param(lambda: o.pod(gated=False, phase="Succeeded"), id="ended"),
+    pytest.param(lambda: {**(x := o.pod(gated=False, phase="Running")), "metadata": {
+        **x["metadata"], "labels": {**x["metadata"]["labels"], c.GANG_LABEL: "rc"}}}, id="gang"),
+    pytest.param(lambda: {**(x := o.pod(gated=False, phase="Running")), "metadata": {
+        **x["metadata"], "labels": {**x["metadata"]["labels"], c.NODE_TYPE_LABEL: "redis-cleanup"}}},
+        id="not-head-or-worker"),
+])
+def test_other_ungated_pods_without_a_workload_are_left_alone(pod):
+    assert not [x for x in d.decide(pod(), [], ctx()) if isinstance(x, a.EvictPod)]
 
 
 # --- 2. head first ----------------------------------------------------------------------

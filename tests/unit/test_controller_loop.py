@@ -241,6 +241,60 @@ def test_worker_queues_when_head_workload_is_admitted_without_a_pod_event():
     assert world.get_obj("workloads", NS, wl_name(worker)) is not None
 
 
+def foreign_head(*, gates: list[str] | None = None, deleting: bool = False) -> dict:
+    """A head raykueue never saw created: the opt-in came later, or raykueue was
+    installed while the cluster ran. No label of ours, no Workload."""
+    head = o.pod(c.ROLE_HEAD, gated=False, phase="Running", ready=True, deleting=deleting)
+    for key in (c.MANAGED_BY_LABEL, c.QUEUE_LABEL, c.PRIORITY_CLASS_LABEL):
+        head["metadata"]["labels"].pop(key)
+    if gates:
+        head["spec"].pop("nodeName")
+        head["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+        head["status"] = o.pod(phase="Pending")["status"]
+    return head
+
+
+def test_worker_queues_behind_a_running_head_that_raykueue_did_not_create():
+    """Issue 21: heads were looked for only among pods labelled ours, so these
+    workers waited for a head forever."""
+    world = World()
+    seed(world)
+    world.put("pods", foreign_head())
+    worker = world.put("pods", o.pod(c.ROLE_WORKER))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(worker)) is not None
+    assert not [x for x in world.of("workloads") if x["metadata"]["labels"].get(c.NODE_TYPE_LABEL)
+                == c.ROLE_HEAD], "the foreign head gets no Workload of ours"
+
+
+def test_a_foreign_head_that_starts_later_releases_the_waiting_workers():
+    world = World()
+    seed(world)
+    worker = world.put("pods", o.pod(c.ROLE_WORKER))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(worker)) is None  # no head at all yet
+    world.put("pods", foreign_head())
+    world.deliver()  # only the head's event: it must queue the worker
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(worker)) is not None
+
+
+@pytest.mark.parametrize("head", [
+    pytest.param(lambda: foreign_head(gates=["kueue.x-k8s.io/admission"]), id="gated-by-kueue"),
+    pytest.param(lambda: foreign_head(deleting=True), id="being-deleted"),
+])
+def test_a_foreign_head_counts_only_once_past_every_gate_and_alive(head):
+    world = World()
+    seed(world)
+    world.put("pods", head())
+    worker = world.put("pods", o.pod(c.ROLE_WORKER))
+    ctl, _ = controller(world)
+    drain(ctl, world)
+    assert world.get_obj("workloads", NS, wl_name(worker)) is None
+
+
 def test_v1beta1_server():
     world = World(version="v1beta1")
     seed(world)

@@ -145,3 +145,67 @@ def test_events_are_first_reported_once():
     assert state.first_report("uid-1", ("podWarn", "m"))
     assert not state.first_report("uid-1", ("podWarn", "m"))
     assert state.first_report("uid-1", ("podWarn", "other"))
+
+
+def _at(obj: dict, rv: str) -> dict:
+    out = copy.deepcopy(obj)
+    out["metadata"]["resourceVersion"] = rv
+    return out
+
+
+def test_an_event_older_than_our_write_does_not_drop_it():
+    """Someone's write between our read and our patch (the scheduler's SchedulingGated
+    condition before a gate lift) reaches the watch before ours: the pod must still
+    read as we left it, not as the older event shows it."""
+    state = State()
+    pod = _at(o.pod(), "100")
+    lifted = _at(o.pod(gated=False), "102")
+    key = key_of(pod)
+    state.remember("pod", key, pod, lifted)
+    between = _at(pod, "101")
+    state.pod_event("MODIFIED", between)
+    assert state.read("pod", key, between) is lifted
+    state.pod_event("MODIFIED", lifted)  # ours arrives
+    newer = _at(lifted, "103")
+    assert state.read("pod", key, newer) is newer
+
+
+def test_a_result_we_made_up_holds_until_the_cache_moves_past_what_it_replaced():
+    state = State()
+    pod = _at(o.pod(gated=False), "100")
+    deleting = _at(pod, "100")
+    deleting["metadata"]["deletionTimestamp"] = o.T2
+    state.remember("pod", key_of(pod), pod, deleting)
+    assert state.read("pod", key_of(pod), pod) is deleting
+    moved = _at(pod, "101")
+    assert state.read("pod", key_of(pod), moved) is moved
+
+
+def test_a_deleted_pod_drops_its_overlay_entry():
+    state = State()
+    pod = _at(o.pod(), "100")
+    state.remember("pod", key_of(pod), pod, _at(o.pod(gated=False), "102"))
+    state.pod_event(DELETED, pod)
+    assert state.read("pod", key_of(pod), None) is None
+
+
+def gang_pod(**kw) -> dict:
+    pod = o.pod(**kw)
+    pod["metadata"]["labels"][c.GANG_LABEL] = "raycluster-gpu"
+    return pod
+
+
+def test_gang_pods_released_are_kept_until_seen_to_go():
+    state = State()
+    pods = [gang_pod(gated=False) for _ in range(3)]
+    for pod in pods:
+        state.pod_event("ADDED", pod)
+        state.note_gang_released(NS, "raycluster-gpu", pod["metadata"]["uid"], "g", lambda: True)
+    deleting = copy.deepcopy(pods[0])
+    deleting["metadata"]["deletionTimestamp"] = o.T2
+    state.pod_event("MODIFIED", deleting)
+    state.pod_event(DELETED, pods[1])
+    assert state.gang_released(NS, "raycluster-gpu") == {pods[2]["metadata"]["uid"]: "g"}
+    # A pod the cache dropped before the note is never noted (its DELETED came first).
+    state.note_gang_released(NS, "raycluster-gpu", "gone-uid", "g", lambda: False)
+    assert "gone-uid" not in state.gang_released(NS, "raycluster-gpu")

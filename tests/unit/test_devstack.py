@@ -17,16 +17,24 @@ from raykueue.core import contract
 
 
 def test_webhook_configurations_follow_the_contract():
-    first, mutating, validating = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
+    configs = webhook_configurations("https://127.0.0.1:9443/", b"PEM")
+    first, mutating, validating = configs[:3]
     assert [(c_["kind"].lower() + "s", c_["metadata"]["name"]) for c_ in (first, mutating, validating)] == \
         list(contract.WEBHOOK_CONFIGS)
-    for config in (first, mutating, validating):
+    for config in configs:
         assert config["metadata"] == {"name": config["metadata"]["name"]}
-    (f,), (m, last), (v,) = first["webhooks"], mutating["webhooks"], validating["webhooks"]
+    # The admission policies go as they ship, each with its Deny binding.
+    policies = {p["metadata"]["name"] for p in configs if p["kind"] == "ValidatingAdmissionPolicy"}
+    bound = {b["spec"]["policyName"] for b in configs if b["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert contract.STAMP_POLICY in policies and policies == bound
+    assert len(configs) == 3 + 2 * len(policies)
+    (m, legacy, last), (v,) = mutating["webhooks"], validating["webhooks"]
     assert m["clientConfig"] == {"url": "https://127.0.0.1:9443" + contract.MUTATE_PATH,
                                  "caBundle": base64.b64encode(b"PEM").decode()}
+    assert legacy["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.MUTATE_PATH
     assert v["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.VALIDATE_PATH
-    assert f["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.RAY_OBJECTS_FIRST_PATH
+    for f in first["webhooks"]:
+        assert f["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.RAY_OBJECTS_FIRST_PATH
     assert last["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.RAY_OBJECTS_LAST_PATH
     # the first stage sorts before Kueue's own configurations, the rest after
     assert first["metadata"]["name"] < "kueue-"
@@ -37,6 +45,10 @@ def test_webhook_configurations_are_the_shipped_ones_but_for_the_client_config()
     shipped = shipped_webhook_configurations()
     registered = webhook_configurations("https://127.0.0.1:1/", b"PEM")
     for ours, theirs in zip(registered, shipped, strict=True):
+        if "webhooks" not in theirs:  # the ValidatingAdmissionPolicy and its binding
+            assert {k: v for k, v in ours.items() if k != "metadata"} == {
+                k: v for k, v in theirs.items() if k != "metadata"}
+            continue
         for hook, shipped_hook in zip(ours["webhooks"], theirs["webhooks"], strict=True):
             assert "service" in shipped_hook["clientConfig"]
             rest = {k: v for k, v in hook.items() if k != "clientConfig"}
@@ -48,7 +60,9 @@ def test_webhook_configuration_overrides():
     selector = {"matchLabels": {"team": "a"}}
     for config in webhook_configurations("https://x", "PEM", failure_policy="Ignore",
                                          timeout_seconds=2, namespace_selector=selector):
-        for hook in config["webhooks"]:
+        if config["kind"] == "ValidatingAdmissionPolicy":
+            assert config["spec"]["matchConstraints"]["namespaceSelector"] == selector
+        for hook in config.get("webhooks", []):
             assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["namespaceSelector"]) == (
                 "Ignore", 2, selector)
 

@@ -272,6 +272,21 @@ def test_errors_back_off_and_recover(api: FakeApi, started: list[WatchCache]) ->
     assert len(cache) == 5
 
 
+def test_sync_handlers_hear_each_failure_and_each_complete_list(
+        api: FakeApi, started: list[WatchCache]) -> None:
+    """An empty list brings no event; a reader of an absent object learns of it here."""
+    api.objects.clear()
+    api.fail_gets = 2
+    heard: list[str | None] = []
+    cache = WatchCache(api, PODS, backoff=Backoff(initial=0.01, cap=0.05))  # type: ignore[arg-type]
+    cache.add_sync_handler(heard.append)
+    cache.add_sync_handler(lambda _error: 1 / 0)  # a failing one stops nothing
+    started.append(cache.start())
+    assert cache.wait_synced(3) and len(cache) == 0
+    assert wait_for(lambda: len(heard) == 3)
+    assert [e is not None and "ConnectionRefusedError" in e for e in heard] == [True, True, False]
+
+
 def test_watch_reconnects_when_server_ends_stream(api: FakeApi, started: list[WatchCache]) -> None:
     cache, seen = make_cache(api, started)
     assert cache.wait_synced(3)

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from raykueue.app.settings import Settings
+from raykueue.core import contract as c
 
 
 def test_lease_timing_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,3 +61,26 @@ def test_the_event_loop_waits_at_most_half_a_millisecond_for_the_gil(
     finally:
         sys.setswitchinterval(before)
         gc.unfreeze()
+
+
+def test_controller_identity_is_derived_from_the_pods_service_account(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().controller_identities == ["system:serviceaccount:raykueue-system:raykueue"]
+    monkeypatch.setenv("RAYKUEUE_POD_NAMESPACE", "ray-ops")
+    monkeypatch.setenv("RAYKUEUE_SERVICE_ACCOUNT", "rk")
+    assert Settings().controller_identities == ["system:serviceaccount:ray-ops:rk"]
+    # Set explicitly, the list is taken as it is (another process runs the controller).
+    monkeypatch.setenv("RAYKUEUE_CONTROLLER_IDENTITIES", "ci-bot,system:serviceaccount:x:y")
+    assert Settings().controller_identities == ["ci-bot", "system:serviceaccount:x:y"]
+
+
+def test_head_only_priority_classes_default_to_the_head_class_and_never_hold_the_workers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().head_only_classes == {c.DEFAULT_HEAD_PRIORITY_CLASS}
+    monkeypatch.setenv("RAYKUEUE_HEAD_PRIORITY_CLASS", "gold")
+    assert Settings().head_only_classes == {"gold"}
+    monkeypatch.setenv("RAYKUEUE_HEAD_ONLY_PRIORITY_CLASSES", "gold,platinum")
+    assert Settings().head_only_classes == {"gold", "platinum"}
+    monkeypatch.setenv("RAYKUEUE_WORKER_PRIORITY_CLASS", "platinum")
+    with pytest.raises(ValueError, match="every worker would be denied"):
+        Settings()

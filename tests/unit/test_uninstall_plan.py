@@ -290,3 +290,15 @@ def test_the_commands_need_a_cluster_and_say_so(argv: list[str], tmp_path: Any,
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
     assert main([*argv, "--kubeconfig", str(tmp_path / "absent")]) == 1
     assert "no cluster reachable" in capsys.readouterr().err
+
+
+def test_what_lives_in_a_terminating_namespace_is_left_to_the_namespace_controller() -> None:
+    """Nothing new can start there; waiting for its pods could hang behind another's finalizer."""
+    going, staying = "going", "staying"
+    world = p.World(
+        rayclusters=[{"metadata": {"name": "rc", "namespace": ns}} for ns in (going, staying)],
+        pods=[{"metadata": {"name": "rc-head", "namespace": ns}} for ns in (going, staying)],
+        workloads=[{"metadata": {"name": "wl", "namespace": going}}])
+    left = world.outside({going})
+    assert [x["metadata"]["namespace"] for x in (*left.rayclusters, *left.pods)] == [staying, staying]
+    assert left.workloads == ()

@@ -30,7 +30,15 @@ RAYCLUSTER = {
 
 
 def opted_in(review: dict[str, Any]) -> dict[str, Any]:
-    return rv.set_annotation(review, c.STANDALONE_ANNOTATION, "true")
+    """A KubeRay pod of an opted-in RayCluster: the first stage stamped its template."""
+    return rv.set_label(review, c.OPTED_IN_LABEL, c.OPTED_IN_VALUE)
+
+
+def bare(review: dict[str, Any]) -> dict[str, Any]:
+    """The pod without its Ray owner: one a user creates on its own."""
+    review = copy.deepcopy(review)
+    rv.pod_of(review)["metadata"].pop("ownerReferences", None)
+    return review
 
 
 def with_queue(review: dict[str, Any], queue: str = "team-a") -> dict[str, Any]:
@@ -71,11 +79,23 @@ def test_non_head_worker_pods_are_not_managed(node_type: str | None) -> None:
     assert outcome.reason == "not a Ray head or worker"
 
 
-def test_opt_out_on_pod_wins_over_cluster_opt_in() -> None:
-    review = rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, "false")
-    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
-    assert outcome.verdict.patch is None
-    assert outcome.reason == "opted out on the pod"
+def test_the_stamp_decides_a_kuberay_pod_whatever_its_own_annotation_says() -> None:
+    """One cluster, one regime: "nearest wins" let a worker template opt out of an
+    opted-in cluster (Kueue's pod integration then took those workers)."""
+    stamped_out = rv.set_annotation(opted_in(rv.worker_review()), c.STANDALONE_ANNOTATION, "false")
+    assert run(stamped_out, Context(owners=(RAYCLUSTER,), cluster_known=True)).decision == "gated"
+    not_opted_in = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "annotations": {}}}
+    unstamped_in = rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, "true")
+    outcome = run(unstamped_in, Context(owners=(not_opted_in,), cluster_known=True))
+    assert outcome.decision == "skipped" and outcome.verdict.patch is None
+
+
+def test_a_bare_pod_decides_its_own_opt_in() -> None:
+    review = bare(with_queue(rv.worker_review()))
+    assert run(rv.set_annotation(review, c.STANDALONE_ANNOTATION, "true")).decision == "gated"
+    outcome = run(rv.set_annotation(review, c.STANDALONE_ANNOTATION, "false"))
+    assert outcome.decision == "skipped" and outcome.reason == "opted out on the pod"
+    assert run(review).reason == "not opted in"
 
 
 def _taken_by_kueue(review: dict[str, Any]) -> dict[str, Any]:
@@ -147,23 +167,29 @@ def test_non_create_operations_pass_through() -> None:
 
 
 @pytest.mark.parametrize("value", ["True", "yes", "1", ""])
-def test_invalid_opt_in_value_is_denied_with_the_valid_values(value: str) -> None:
-    review = rv.set_annotation(with_queue(rv.head_review()), c.STANDALONE_ANNOTATION, value)
+def test_invalid_opt_in_value_on_a_bare_pod_is_denied_with_the_valid_values(value: str) -> None:
+    review = rv.set_annotation(bare(with_queue(rv.head_review())), c.STANDALONE_ANNOTATION, value)
     outcome = run(review)
     assert not outcome.verdict.allowed
     assert c.STANDALONE_ANNOTATION in outcome.verdict.message
     assert '"true"' in outcome.verdict.message and '"false"' in outcome.verdict.message
 
 
-def test_invalid_opt_in_on_the_raycluster_names_the_raycluster() -> None:
+@pytest.mark.parametrize("value", ["True", "yes", "false"])
+def test_a_ray_pod_that_is_not_opted_in_is_never_denied(value: str) -> None:
+    """Whatever its own annotation or its RayCluster's (an invalid one is refused on
+    the RayCluster itself, by the first stage)."""
     cluster = copy.deepcopy(RAYCLUSTER)
-    cluster["metadata"]["annotations"][c.STANDALONE_ANNOTATION] = "maybe"
-    outcome = run(rv.worker_review(), Context(owners=(cluster,), cluster_known=True))
-    assert not outcome.verdict.allowed
-    assert "RayCluster raycluster-gpu" in outcome.verdict.message
+    cluster["metadata"]["annotations"][c.STANDALONE_ANNOTATION] = value
+    review = rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, value)
+    for ctx in (Context(owners=(cluster,), cluster_known=True), Context(cluster_known=True)):
+        outcome = run(review, ctx)
+        assert outcome.verdict.allowed and outcome.decision == "skipped"
 
 
-def test_opt_in_and_queue_come_from_the_owning_raycluster() -> None:
+def test_a_legacy_pod_is_opted_in_by_its_raycluster() -> None:
+    """A cluster opted in before templates were stamped: its pods reach raykueue through
+    the legacy webhook (failurePolicy Ignore) and are gated while raykueue is up."""
     review = rv.worker_review()
     outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
     pod = patched(review, outcome)
@@ -172,7 +198,7 @@ def test_opt_in_and_queue_come_from_the_owning_raycluster() -> None:
     assert "RayCluster raycluster-gpu" in outcome.reason
 
 
-def test_opt_in_through_rayjob_owner_chain() -> None:
+def test_a_legacy_pod_is_opted_in_through_its_rayjob() -> None:
     cluster = {"kind": "RayCluster", "metadata": {"name": "raycluster-gpu", "labels": {}}}
     rayjob = {
         "kind": "RayJob",
@@ -187,19 +213,22 @@ def test_opt_in_through_rayjob_owner_chain() -> None:
     assert patched(review, outcome)["metadata"]["labels"][c.QUEUE_LABEL] == "batch"
 
 
-def test_unresolved_owner_without_annotation_on_pod_is_denied_for_retry() -> None:
+def test_an_owner_missing_from_the_cache_never_denies_a_pod_that_is_not_stamped() -> None:
     review = with_queue(rv.worker_review())
     ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
     outcome = run(review, ctx)
+    assert outcome.verdict.allowed and outcome.verdict.patch is None
+    assert "left alone" in outcome.reason
+
+
+def test_a_stamped_pod_whose_owner_is_missing_from_the_cache_is_retried() -> None:
+    """It is opted in, and its queue or gang may live on the owner."""
+    ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
+    outcome = run(opted_in(with_queue(rv.worker_review())), ctx)
     assert not outcome.verdict.allowed
     assert "RayCluster team-a/raycluster-gpu" in outcome.verdict.message
     assert "retried" in outcome.verdict.message
-
-
-def test_unresolved_owner_does_not_matter_when_the_pod_opts_in() -> None:
-    review = opted_in(with_queue(rv.worker_review()))
-    ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
-    assert run(review, ctx).decision == "gated"
+    assert run(bare(opted_in(with_queue(rv.worker_review())))).decision == "gated"
 
 
 # --- queue ------------------------------------------------------------------
@@ -255,6 +284,21 @@ def test_priority_defaults_are_configurable() -> None:
     review = opted_in(with_queue(rv.worker_review()))
     pod = patched(review, run(review, policy=Policy("vip-head", "spot-worker")))
     assert pod["metadata"]["labels"][c.PRIORITY_CLASS_LABEL] == "spot-worker"
+
+
+@pytest.mark.parametrize("role", ["worker", "head"])
+def test_a_worker_may_not_name_a_head_only_priority_class(role: str) -> None:
+    review = rv.head_review() if role == "head" else rv.worker_review()
+    review = rv.set_label(opted_in(with_queue(review)), c.PRIORITY_CLASS_LABEL, "ray-head")
+    outcome = run(review)
+    if role == "head":
+        assert outcome.decision == "gated"
+        return
+    assert not outcome.verdict.allowed
+    assert "ray-head" in outcome.verdict.message and "only Ray heads" in outcome.verdict.message
+    strict = Policy(head_only_priority_classes=frozenset({"gold"}))
+    assert not run(rv.set_label(review, c.PRIORITY_CLASS_LABEL, "gold"), policy=strict).verdict.allowed
+    assert run(review, policy=strict).decision == "gated"
 
 
 def test_explicit_priority_label_on_pod_wins() -> None:

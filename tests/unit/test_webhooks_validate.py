@@ -93,7 +93,7 @@ def test_controller_identity_is_configurable() -> None:
 
 
 @pytest.mark.parametrize("key", [c.NODE_TYPE_LABEL, c.CLUSTER_LABEL, c.GROUP_LABEL,
-                                 c.PRIORITY_CLASS_LABEL, c.MANAGED_BY_LABEL])
+                                 c.PRIORITY_CLASS_LABEL, c.MANAGED_BY_LABEL, c.OPTED_IN_LABEL])
 @pytest.mark.parametrize("change", ["remove", "set"])
 def test_labels_the_workload_was_built_from_are_frozen_while_gated(key, change) -> None:
     # Removing ray.io/node-type in one update would hide the next one (the
@@ -103,6 +103,7 @@ def test_labels_the_workload_was_built_from_are_frozen_while_gated(key, change) 
     old["metadata"]["labels"].setdefault(c.GROUP_LABEL, "gpu-group")
     old["metadata"]["labels"].setdefault(c.PRIORITY_CLASS_LABEL, "ray-worker")
     old["metadata"]["labels"].setdefault(c.MANAGED_BY_LABEL, c.MANAGED_BY_VALUE)
+    old["metadata"]["labels"].setdefault(c.OPTED_IN_LABEL, c.OPTED_IN_VALUE)
     new = copy.deepcopy(old)
     if change == "remove":
         new["metadata"]["labels"].pop(key, None)

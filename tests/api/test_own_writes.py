@@ -1,0 +1,233 @@
+"""What raykueue's own ServiceAccount may write: RBAC, then the shipped ValidatingAdmissionPolicy.
+
+Issue 21: the ClusterRole lets raykueue patch and delete any pod and write any
+Workload's status, cluster-wide; RBAC cannot name objects by label. Shown here on
+the real API server, as raykueue's ServiceAccount holding the shipped ClusterRole
+(tests/api/test_controller_api.py's `as_controller`): first that RBAC alone lets
+it rewrite or delete another team's pod, create and write Workloads that are not
+its own, and admit its own Workload past Kueue; then that the policy of
+manifests/own-writes-policy.yaml refuses each; then that under it the controller
+still does its whole job (Workload, gate lift, PodsReady, eviction, scale-down).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from raykueue.core import contract as c
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import ApiError, Rest
+from testkit.reviews import gates
+from testkit.standins import (
+    WORKLOADS,
+    admit,
+    cond,
+    create_pod,
+    evict,
+    live,
+    make_ready,
+    ray_pod,
+    release,
+    workload_of,
+)
+from testkit.waiting import wait_for
+from tests.api.test_controller_api import (  # noqa: F401 - fixtures
+    admin,
+    as_controller,
+    ns,
+    run_controller,
+    scope,
+)
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+
+POLICY = Path(__file__).resolve().parents[2] / "manifests" / "own-writes-policy.yaml"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+DRY_RUN = {"dryRun": "All"}
+
+
+def policy_docs() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(POLICY.read_text()) if d]
+
+
+def plural(kind: str) -> str:
+    return {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[kind]
+
+
+@contextlib.contextmanager
+def enforced(rest: Rest, probe: Callable[[], None]) -> Iterator[None]:
+    """The shipped policy and its binding, created, and in force once `probe` is refused."""
+    made = []
+    for doc in policy_docs():
+        path = f"{ADMISSION}/{plural(doc['kind'])}"
+        rest.create(path, doc)
+        made.append(f"{path}/{doc['metadata']['name']}")
+    try:
+        # The API server loads policies through an informer: a moment after the create.
+        wait_for(lambda: refusal(probe) is not None, timeout=30, interval=0.2,
+                 message="the policy to be in force")
+        yield
+    finally:
+        for path in reversed(made):
+            with contextlib.suppress(ApiError):
+                rest.delete(path)
+
+
+def refusal(write: Callable[[], Any]) -> str | None:
+    """The policy's refusal of `write`, or None when the write is let through."""
+    try:
+        write()
+    except ApiError as exc:
+        assert exc.status in (403, 422), exc
+        text = str(exc)
+        assert "raykueue-own-writes" in text, text
+        return text
+    return None
+
+
+def foreign_workload(namespace: str, name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"queueName": "other-team", "podSets": [{"name": "main", "count": 1, "template": {
+                "spec": {"containers": [{"name": "c", "image": "busybox",
+                                         "resources": {"requests": {"cpu": "1"}}}],
+                         "restartPolicy": "Never"}}}]}}
+
+
+def self_admission(wl: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's admission written by someone else: what a stolen token would try."""
+    meta = wl["metadata"]
+    return {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"admission": {"clusterQueue": "any", "podSetAssignments": [{
+                "name": "main", "count": 1, "flavors": {"cpu": "any"},
+                "resourceUsage": {"cpu": "1"}}]},
+                "conditions": [{"type": t, "status": "True", "reason": t, "message": "self-admitted",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                               for t in ("QuotaReserved", "Admitted")]}}
+
+
+def pods_ready(wl: dict[str, Any]) -> dict[str, Any]:
+    """What raykueue writes of a Workload's status: PodsReady, nothing of Kueue's."""
+    meta = wl["metadata"]
+    return {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"conditions": [{"type": "PodsReady", "status": "True", "reason": "Started",
+                                       "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+
+
+def apply_dry(rest: Rest, path: str, body: dict[str, Any]) -> Any:
+    """A server-side apply as raykueue's field manager, not stored (dry run)."""
+    return rest.request("PATCH", path, body, {**DRY_RUN, "fieldManager": "raykueue", "force": True},
+                        content_type="application/apply-patch+yaml")
+
+
+def test_raykueues_account_is_refused_what_it_does_not_manage(
+        admin, ns, scope, as_controller) -> None:  # noqa: F811
+    sa = as_controller
+    other_pod = create_pod(admin, {"apiVersion": "v1", "kind": "Pod",
+                                   "metadata": {"name": "other-team", "namespace": ns},
+                                   "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    other_wl = admin.create(WORKLOADS.path(ns), foreign_workload(ns, "other-team"))
+    our_wl = admin.create(WORKLOADS.path(ns), foreign_workload(
+        ns, "ours", **{c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}))
+    pod_path = PODS.path(ns, "other-team")
+    writes: dict[str, Callable[[], Any]] = {
+        "relabel another team's pod": lambda: sa.merge_patch(
+            pod_path, {"metadata": {"labels": {"x": "y"}}}, DRY_RUN),
+        "delete another team's pod": lambda: sa.delete(pod_path, query=DRY_RUN),
+        "write another team's pod status": lambda: apply_dry(sa, PODS.path(ns, "other-team", "status"), {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other-team", "namespace": ns},
+            "status": {"conditions": [{"type": c.EVICTED_CONDITION, "status": "True"}]}}),
+        "create a Workload not labelled ours": lambda: sa.create(
+            WORKLOADS.path(ns), foreign_workload(ns, "forged"), DRY_RUN),
+        "delete another team's Workload": lambda: sa.delete(
+            WORKLOADS.path(ns, "other-team"), query=DRY_RUN),
+        "write another team's Workload status": lambda: apply_dry(
+            sa, WORKLOADS.path(ns, "other-team", "status"), pods_ready(other_wl)),
+        "admit its own Workload": lambda: apply_dry(
+            sa, WORKLOADS.path(ns, "ours", "status"), self_admission(our_wl)),
+    }
+    # The hole: RBAC alone lets every one of these through.
+    for what, write in writes.items():
+        assert refusal(write) is None, what
+    with enforced(admin, writes["delete another team's pod"]):
+        refused = {what: refusal(write) for what, write in writes.items()}
+        assert all(refused.values()), [what for what, text in refused.items() if not text]
+        assert "pod " + ns + "/other-team is neither" in refused["delete another team's pod"]
+        assert "Kueue admits" in refused["admit its own Workload"]
+        # raykueue's own writes on its own Workload are still let through.
+        assert refusal(lambda: apply_dry(
+            sa, WORKLOADS.path(ns, "ours", "status"), pods_ready(our_wl))) is None
+    # Nobody else is bound by it: the admin still writes anything.
+    assert live(admin, other_pod) is not None
+    admin.delete(pod_path)
+
+
+def test_a_kuberay_pod_without_raykueues_marks_may_be_deleted_never_changed(
+        admin, ns, as_controller) -> None:  # noqa: F811
+    """A pod of a cluster opted in before the stamp existed, let through ungated while
+    raykueue was down, carries none of raykueue's marks: the controller sends it back
+    to the queue by deleting it (controller/unaccounted.py), and may do nothing else to it."""
+    cluster = admin.create(f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{ns}/rayclusters", {
+        "apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
+        "metadata": {"name": "legacy", "namespace": ns,
+                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+            "containers": [{"name": "ray-head", "image": "rayproject/ray"}]}}}}})
+    create_pod(admin, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "legacy-worker", "namespace": ns,
+        "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "legacy"},
+        "ownerReferences": [{"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
+                             "name": "legacy", "uid": cluster["metadata"]["uid"],
+                             "controller": True}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    path = PODS.path(ns, "legacy-worker")
+    relabel = lambda: as_controller.merge_patch(  # noqa: E731
+        path, {"metadata": {"labels": {"x": "y"}}}, DRY_RUN)
+    with enforced(admin, relabel):
+        assert "is neither" in (refusal(relabel) or "")
+        assert refusal(lambda: as_controller.delete(path, query=DRY_RUN)) is None
+
+
+def test_under_the_policy_the_controller_still_does_its_whole_job(
+        admin, ns, scope, as_controller, run_controller) -> None:  # noqa: F811
+    other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns},
+             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    create_pod(admin, copy.deepcopy(other))
+    with enforced(admin, lambda: as_controller.delete(PODS.path(ns, "probe"), query=DRY_RUN)):
+        head = create_pod(admin, ray_pod(ns, scope, "head", "rc-head", hold=True))
+        worker = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker", hold=True))
+        run_controller()
+        admit(admin, head, scope)  # Workload created by raykueue, admitted by "Kueue"
+        wait_for(lambda: not gates(live(admin, head)), timeout=30, message="head gate lifted")
+        admit(admin, worker, scope)
+        wait_for(lambda: not gates(live(admin, worker)), timeout=30, message="worker gate lifted")
+        make_ready(admin, head)
+        wait_for(lambda: (cond(workload_of(admin, head), "PodsReady") or {}).get("status") == "True",
+                 timeout=30, message="PodsReady on the head's Workload")
+        evict(admin, worker, scope)  # pods/status, pod delete, Finished
+        wait_for(lambda: (p := live(admin, worker)) is not None
+                 and bool(p["metadata"].get("deletionTimestamp")), timeout=30,
+                 message="the evicted worker deleted")
+        wait_for(lambda: (cond(workload_of(admin, worker), "Finished") or {}).get("status") == "True",
+                 timeout=30, message="the evicted worker's Workload Finished")
+        admin.delete(PODS.path(ns, "rc-head"))  # scale-down: the Workload goes at once
+        wait_for(lambda: workload_of(admin, head) is None, timeout=30, message="head Workload deleted")
+        release(admin, head)
+        release(admin, worker)
+
+
+@pytest.fixture(autouse=True)
+def _no_policy_left(admin) -> Iterator[None]:  # noqa: F811
+    yield
+    for doc in policy_docs():
+        with contextlib.suppress(ApiError):
+            admin.delete(f"{ADMISSION}/{plural(doc['kind'])}/{doc['metadata']['name']}")
