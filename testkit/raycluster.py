@@ -26,24 +26,12 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError, Rest
+from testkit.pods import gated, role, running
 from testkit.standins import WORKLOADS
 
 # A head starts in seconds on an idle machine; on a busy one a start can take a
 # minute and be tried again (devstack.ray_runner.START_ATTEMPTS).
 HEAD_TIMEOUT = 300
-
-
-def gated(pod: dict[str, Any]) -> bool:
-    return c.GATE in [g["name"] for g in pod["spec"].get("schedulingGates") or []]
-
-
-def running(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get(
-        "deletionTimestamp")
-
-
-def role(pod: dict[str, Any]) -> str:
-    return pod["metadata"]["labels"].get(c.NODE_TYPE_LABEL, "")
 
 
 def opted_in(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:

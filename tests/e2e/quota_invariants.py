@@ -35,6 +35,8 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import ApiError, Rest
+from testkit.pods import gated as gated_by_raykueue
+from testkit.pods import running
 from testkit.waiting import wait_for
 
 WORKLOADS = r.crd(c.KUEUE_GROUP, "v1beta2", "workloads")
@@ -52,15 +54,6 @@ class InvariantBroken(AssertionError):
 def opted_in(obj: dict[str, Any] | None) -> bool:
     return bool(obj) and ((obj or {}).get("metadata", {}).get("annotations") or {}).get(
         c.STANDALONE_ANNOTATION) == "true"
-
-
-def gated_by_raykueue(pod: dict[str, Any]) -> bool:
-    return c.GATE in [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
-
-
-def running(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get(
-        "deletionTimestamp")
 
 
 def owner(obj: dict[str, Any], kinds: Iterable[str]) -> dict[str, Any] | None:

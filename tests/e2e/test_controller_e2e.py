@@ -22,6 +22,7 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
+from testkit.pods import gated, role, running
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
 from tests.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
@@ -136,19 +137,6 @@ def pods(admin: Rest, ns: str, cluster: str) -> list[dict[str, Any]]:
 
 def workloads(admin: Rest, ns: str) -> list[dict[str, Any]]:
     return admin.get(WORKLOADS.path(ns))["items"]
-
-
-def gated(pod: dict[str, Any]) -> bool:
-    return c.GATE in [g["name"] for g in pod["spec"].get("schedulingGates") or []]
-
-
-def running(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get(
-        "deletionTimestamp")
-
-
-def role(pod: dict[str, Any]) -> str:
-    return pod["metadata"]["labels"].get(c.NODE_TYPE_LABEL, "")
 
 
 def live_workloads(admin: Rest, ns: str) -> list[dict[str, Any]]:
