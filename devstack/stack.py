@@ -25,8 +25,8 @@ from .handle import Stack
 from .plan import bring_up, components_for, stop_order
 from .procs import StackError, free_ports, tail
 
-__all__ = ["Stack", "StackError", "components_for", "down", "free_ports", "release",
-           "restart_component", "stop_component", "tail", "up"]
+__all__ = ["Stack", "StackError", "components_for", "down", "free_ports", "let_namespaces_finish",
+           "release", "restart_component", "stop_component", "tail", "up"]
 
 
 def _log(msg: str) -> None:
@@ -151,7 +151,7 @@ def stop_component(stack: Stack, name: str) -> None:
         stack.stop(name)
 
 
-def _let_namespaces_finish(stack: Stack, timeout: float = 120.0) -> None:
+def let_namespaces_finish(stack: Stack, timeout: float = 120.0) -> None:
     """Wait until no namespace is being deleted (at most `timeout`).
 
     Just after a start the API server's discovery may not list the custom resources
@@ -190,7 +190,7 @@ def restart_component(stack: Stack, name: str = "kube-apiserver", *,
     """
     comp = COMPONENTS.get(name)
     if name == "kube-apiserver":
-        _let_namespaces_finish(stack)
+        let_namespaces_finish(stack)
     t0 = time.monotonic()
     with state.locked(stack.dir):
         proc = stack.procs.get(name)

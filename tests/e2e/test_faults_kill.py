@@ -167,7 +167,12 @@ def converged(watcher: Watcher, workers: int):
     def check() -> dict[str, Any] | None:
         s = watcher.sample()
         worker_pods = [p for p in s["pods"] if role(p) == "worker"]
+        uids = {p["metadata"]["uid"] for p in s["pods"]}
+        # A victim's Workload outlives its pod for a moment (freed by the controller,
+        # or by the garbage collector if the pod went while the controller was down):
+        # settled means those are gone too, so check_invariants' orphan rule is exact.
         ok = (any(running(p) for p in s["pods"] if role(p) == "head")
+              and all(w.pod_uid_of(x) in uids for x in s["live"])
               and len(worker_pods) == workers
               and sum(1 for p in worker_pods if running(p)) == want_running
               and sum(1 for p in worker_pods if gated(p)) == want_gated
@@ -269,4 +274,7 @@ def summary(watcher: Watcher) -> str:
     return str({"pods": {p["metadata"]["name"]: ("running" if running(p) else "gated"
                                                  if gated(p) else "other",
                                                  len(s["by_uid"].get(p["metadata"]["uid"], [])))
-                         for p in s["pods"]}})
+                         for p in s["pods"]},
+                "Workloads without a pod": [x["metadata"]["name"] for x in s["live"]
+                                            if w.pod_uid_of(x) not in {p["metadata"]["uid"]
+                                                                       for p in s["pods"]}]})
