@@ -137,3 +137,25 @@ def test_kueue_pod_webhooks_match_what_kueue_ships(kueue_module: ks.KueueModule)
     assert m["namespaceSelector"] == {"matchLabels": {"team": "x"}}
     # Kueue's configurations sort before raykueue's
     assert all(c["metadata"]["name"] < contract.MUTATING_WEBHOOK_CONFIG for c in (mutating, validating))
+
+
+def test_the_pinned_kueue_ships_elastic_jobs_on_and_no_partial_scale_up(
+        kueue_module: ks.KueueModule) -> None:
+    """What bench/elastic.py says of the pinned Kueue (v0.19.2: the gate Beta, on since 0.18;
+    the partial scale-up strategy came after it). A new pin makes this say what changed."""
+    assert ks.feature_gate_default(kueue_module.root, "ElasticJobsViaWorkloadSlices") is True
+    assert not ks.sources_mention(kueue_module.root,
+                                  "kueue.x-k8s.io/elastic-job-scale-up-strategy")
+
+
+def test_the_pinned_kueues_crds_convert_through_its_webhook(kueue_module: ks.KueueModule) -> None:
+    """config/components/crd's patches name a conversion webhook for Workloads and both
+    queues; the stack sends each to its Kueue by URL."""
+    patches = kueue_module.conversion_patches()
+    assert {"workloads.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io",
+            "localqueues.kueue.x-k8s.io"} <= {p["metadata"]["name"] for p in patches}
+    (workloads,) = [o for o in ks.conversion_objects(patches, "https://127.0.0.1:9443/", b"PEM")
+                    if o["metadata"]["name"] == "workloads.kueue.x-k8s.io"]
+    hook = workloads["spec"]["conversion"]["webhook"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/convert",
+                                    "caBundle": base64.b64encode(b"PEM").decode()}

@@ -249,14 +249,6 @@ def test_sources_mention_skips_tests(tmp_path: Path) -> None:
     assert ks.sources_mention(tmp_path, "kueue.x-k8s.io/elastic-job-scale-up-strategy")
 
 
-def test_the_pinned_kueue_ships_elastic_jobs_on_and_no_partial_scale_up() -> None:
-    """What bench/elastic.py says of the pinned Kueue (v0.19.2: the gate Beta, on since 0.18;
-    the partial scale-up strategy came after it). A new pin makes this say what changed."""
-    root = ks.kueue_module_dir()
-    assert ks.feature_gate_default(root, "ElasticJobsViaWorkloadSlices") is True
-    assert not ks.sources_mention(root, "kueue.x-k8s.io/elastic-job-scale-up-strategy")
-
-
 def test_a_kueue_without_a_visibility_server_setting_runs_without_its_visibility_api(tmp_path: Path) -> None:
     """Kueue before v0.16 binds its visibility server to 0.0.0.0:8082 with no setting to move it."""
     types = tmp_path / "apis/config/v1beta2/configuration_types.go"
@@ -275,14 +267,17 @@ def test_a_kueue_without_a_visibility_server_setting_runs_without_its_visibility
 
 
 def test_kueues_crds_convert_through_its_webhook_by_url() -> None:
-    """As config/components/crd patches them: a conversion webhook for each listed CRD, here
-    by URL to the stack's Kueue (the shipped patches name its Service)."""
-    patches = ks.shipped_module().conversion_patches()
-    names = {p["metadata"]["name"] for p in patches}
-    assert {"workloads.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io",
-            "localqueues.kueue.x-k8s.io"} <= names
-    (workloads,) = [o for o in ks.conversion_objects(patches, "https://127.0.0.1:9443/", b"PEM")
-                    if o["metadata"]["name"] == "workloads.kueue.x-k8s.io"]
+    """As config/components/crd patches them (a conversion webhook naming Kueue's Service),
+    here by URL to the stack's Kueue. What the pinned module's patches make of it is in
+    tests/tools/test_kueue_module.py."""
+    patch = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+             "metadata": {"name": "workloads.kueue.x-k8s.io"},
+             "spec": {"conversion": {"strategy": "Webhook", "webhook": {
+                 "clientConfig": {"service": {"namespace": "system", "name": "webhook-service",
+                                              "path": "/convert"}},
+                 "conversionReviewVersions": ["v1"]}}}}
+    (workloads,) = ks.conversion_objects([patch], "https://127.0.0.1:9443/", b"PEM")
+    assert workloads["metadata"] == {"name": "workloads.kueue.x-k8s.io"}
     assert workloads["spec"] == {"conversion": {"strategy": "Webhook", "webhook": {
         "clientConfig": {"url": "https://127.0.0.1:9443/convert",
                          "caBundle": base64.b64encode(b"PEM").decode()},
