@@ -21,11 +21,12 @@ CHART = ROOT / "charts" / "raykueue"
 COMPONENTS = ROOT / "manifests" / "components"
 NAMESPACE = "raykueue-system"
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
-# chart option -> the kustomize Component that does the same
+# chart option (as --set gives it) -> the kustomize Component that does the same
 OPTIONS = {
-    "priorities.create": "priorities",
-    "certManager.enabled": "cert-manager",
-    "monitoring.enabled": "monitoring",
+    "priorities.create=true": "priorities",
+    "certManager.enabled=true": "cert-manager",
+    "monitoring.enabled=true": "monitoring",
+    "legacyPodWebhook=false": "no-legacy-pods",
 }
 
 Objects = dict[tuple[str, str], dict[str, Any]]
@@ -95,7 +96,7 @@ def assert_same(chart: Objects, kustomized: Objects) -> None:
                          ids=lambda o: "+".join(o) or "defaults")
 def test_chart_renders_what_kustomize_builds(helm, kubectl, tmp_path: Path,
                                              options: list[str]) -> None:
-    chart = objects(template(helm, *(f"{o}=true" for o in options)), from_helm=True)
+    chart = objects(template(helm, *options), from_helm=True)
     kustomized = objects(kustomize(kubectl, tmp_path, [OPTIONS[o] for o in options]),
                          from_helm=False)
     assert_same(chart, kustomized)
@@ -108,7 +109,7 @@ def test_comparison_notices_a_difference(helm, kubectl, tmp_path: Path) -> None:
         assert_same(chart, kustomized)
 
 
-@pytest.mark.parametrize("sets", [[], [f"{o}=true" for o in OPTIONS]],
+@pytest.mark.parametrize("sets", [[], list(OPTIONS)],
                          ids=["defaults", "every-option"])
 def test_helm_lint_is_clean(helm, sets: list[str]) -> None:
     args = ["lint", "--strict", CHART]
