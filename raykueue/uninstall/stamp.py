@@ -50,11 +50,16 @@ class Unstamped:
 
 
 def unstamped(clusters: Iterable[Obj]) -> list[Unstamped]:
-    """Opted-in RayClusters with a pod template that lacks the stamp, sorted; none being deleted."""
+    """Opted-in RayClusters with a pod template that lacks the stamp, sorted; none being deleted.
+
+    One that carries Kueue's queue label (opted in before raykueue was installed) is
+    Kueue's, admitted whole: the first webhook leaves it unstamped on purpose and its
+    pods never were raykueue's, so it needs neither the stamp nor the legacy entry."""
     found = []
     for cluster in clusters:
         meta = metadata(cluster)
-        if meta.get("deletionTimestamp") or annotations(cluster).get(c.STANDALONE_ANNOTATION) != "true":
+        if (meta.get("deletionTimestamp") or annotations(cluster).get(c.STANDALONE_ANNOTATION) != "true"
+                or labels(cluster).get(c.QUEUE_LABEL)):
             continue
         if all(labels(t).get(c.OPTED_IN_LABEL) == c.OPTED_IN_VALUE
                for _, t in templates(cluster, c.RAYCLUSTER_KIND)):

@@ -69,6 +69,9 @@ def test_stamp_then_no_legacy_webhook_leaves_other_teams_pods_alone(
     old = ray_object("RayCluster", "old", annotations={**OPTED_IN, c.QUEUE_ANNOTATION: "team-a"})
     old = api.call("POST", path(ns, "RayCluster"), old)
     theirs = api.call("POST", path(ns, "RayCluster"), ray_object("RayCluster", "theirs"))
+    # Opted in before raykueue was installed, with Kueue's queue label: Kueue's, admitted whole.
+    api.call("POST", path(ns, "RayCluster"), ray_object(
+        "RayCluster", "kueues", annotations=OPTED_IN, labels={c.QUEUE_LABEL: "team-a"}))
     server.start()
 
     def theirs_pod() -> dict[str, Any]:
@@ -80,7 +83,8 @@ def test_stamp_then_no_legacy_webhook_leaves_other_teams_pods_alone(
 
     listed = stamp(api_stack)
     assert listed.returncode == legacy.OK, listed.stdout + listed.stderr
-    assert f"RayCluster {ns}/old" in listed.stdout and "theirs" not in listed.stdout
+    assert f"RayCluster {ns}/old" in listed.stdout
+    assert f"{ns}/theirs" not in listed.stdout and f"{ns}/kueues" not in listed.stdout
     assert "dry run" in listed.stdout
     assert api.get(path(ns, "RayCluster", "old"))["metadata"]["resourceVersion"] == \
         old["metadata"]["resourceVersion"]

@@ -37,12 +37,17 @@ def cluster(name: str, *, ns: str = "team-a", opted_in: bool = True,
 
 
 def test_only_opted_in_clusters_with_an_unstamped_template_are_listed() -> None:
+    # Opted in before raykueue was installed, with Kueue's queue label: Kueue admits it
+    # whole and the first webhook leaves it unstamped on purpose.
+    kueues_whole = cluster("kueues-whole")
+    kueues_whole["metadata"]["labels"] = {c.QUEUE_LABEL: "team-a"}
     found = legacy.unstamped([
         cluster("b-legacy"),
         cluster("a-one-group-unstamped", stamped=(True, True, False)),
         cluster("stamped", stamped=(True, True, True)),
         cluster("theirs", opted_in=False),
         cluster("going", deleting=True),
+        kueues_whole,
         cluster("recreates", ns="team-b", recreate=True),
     ])
     assert [(u.namespace, u.name) for u in found] == [
