@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import threading
 import time
 import traceback
 import uuid
@@ -285,46 +284,19 @@ def workloads_of(rest: Rest, ns: str, cluster: str) -> list[dict[str, Any]]:
 
 
 class CpuHeld:
-    """The cpu a cluster's Workloads hold over time, from a watch on the namespace's
-    Workloads (every write Kueue or raykueue makes to them is seen)."""
+    """The cpu a cluster's Workloads hold over time, fed every Workload event of its
+    namespace by the scenario's Observer (`Observer(..., on_workload=held.seen)`)."""
 
-    def __init__(self, rest: Rest, ns: str, cluster: str) -> None:
-        self.rest, self.ns, self.cluster = rest, ns, cluster
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
         self.samples: list[tuple[float, int]] = []
         self._latest: dict[str, dict[str, Any]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._follow, daemon=True)
 
-    def start(self) -> CpuHeld:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
-
-    def _follow(self) -> None:
-        version = ""
-        while not self._stop.is_set():
-            query = {"allowWatchBookmarks": True, **({"resourceVersion": version} if version else {})}
-            try:
-                with self.rest.watch(WORKLOADS.path(self.ns), query, timeout_seconds=5) as stream:
-                    for ev in stream:
-                        if ev["type"] == "ERROR":  # e.g. 410 Gone: start over from a fresh listing
-                            version = ""
-                            break
-                        obj = ev["object"]
-                        version = obj["metadata"].get("resourceVersion", version)
-                        if ev["type"] != "BOOKMARK" and workload_is_of(obj, self.cluster):
-                            self._seen(ev["type"], obj)
-                        if self._stop.is_set():
-                            break
-            except (ApiError, OSError):
-                version = ""
-
-    def _seen(self, kind: str, obj: dict[str, Any]) -> None:
+    def seen(self, event: str, obj: dict[str, Any]) -> None:
+        if not workload_is_of(obj, self.cluster):
+            return
         uid = obj["metadata"]["uid"]
-        if kind == "DELETED":
+        if event == "DELETED":
             self._latest.pop(uid, None)
         else:
             self._latest[uid] = obj
@@ -345,8 +317,8 @@ Figures = dict[str, Any]
 def demand(ctx: Context, way: str) -> Figures:
     with ctx.namespace("demand") as ns, ctx.tier(f"{way}-demand") as tier:
         hold = ctx.workdir / f"{way}-demand"
-        obs = Observer(ctx.rest, ns).start()
-        held = CpuHeld(ctx.rest, ns, "demand").start()
+        held = CpuHeld("demand")
+        obs = Observer(ctx.rest, ns, on_workload=held.seen).start()
         runner = ctx.create(tier, ns, cluster_body(way, "demand"))
         cluster = ctx.connect(tier, runner)
         wait_joined(cluster, BASE_WORKERS)
@@ -369,7 +341,6 @@ def demand(ctx: Context, way: str) -> Figures:
         # moment the last one joins, before Ray has placed a task on it.
         watch_until(lambda: len(tasks_started(hold)) >= most, time.monotonic() + 60)
         started = len(tasks_started(hold))
-        held.stop()
         hold.touch()
         done = cluster.ask({"op": "results", "timeout": 180})["results"]
         seen = stopped(obs)
@@ -391,10 +362,10 @@ def demand(ctx: Context, way: str) -> Figures:
 def idle(ctx: Context, way: str) -> Figures:
     with ctx.namespace("idle") as ns, ctx.tier(f"{way}-idle") as tier:
         rest = ctx.rest
-        held = CpuHeld(rest, ns, "first").start()
+        held = CpuHeld("first")
         hold = ctx.workdir / f"{way}-idle"
         before = request_totals(rest)
-        obs = Observer(rest, ns).start()
+        obs = Observer(rest, ns, on_workload=held.seen).start()
         first = ctx.connect(tier, ctx.create(tier, ns, cluster_body(way, "first", IDLE_SECONDS)))
         wait_joined(first, BASE_WORKERS)
         first.ask({"op": "submit", "count": BUSY, "cpus": 1, "hold": str(hold)})
@@ -428,7 +399,6 @@ def idle(ctx: Context, way: str) -> Figures:
         wait_joined(second, BASE_WORKERS)
         whole = time.monotonic() - t_idle
         freed_at = held.first_below(peak, t_idle)
-        held.stop()
         ctx.delete_all(ns)
         seen = stopped(obs)
         writes = lifecycle_writes(before, request_totals(rest))

@@ -14,7 +14,7 @@ created gated, its Workload admitted, running.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,8 +179,13 @@ class Seen:
 
 
 class Observer:
-    def __init__(self, admin: Rest, namespace: str):
+    """Follows a namespace's pods and Workloads from a listing on. `on_workload(event,
+    Workload)` hears every Workload event too (the listing's items as ADDED)."""
+
+    def __init__(self, admin: Rest, namespace: str,
+                 on_workload: Callable[[str, dict[str, Any]], None] | None = None):
         self.admin, self.namespace = admin, namespace
+        self.on_workload = on_workload
         self.seen = Seen()
         self._running: set[str] = set()
         self._stop = threading.Event()
@@ -191,6 +196,8 @@ class Observer:
         self._ready = threading.Barrier(len(self._threads) + 1)
 
     def _record(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        if kind == "Workload" and self.on_workload is not None:
+            self.on_workload(event, obj)
         uid = obj["metadata"]["uid"]
         if kind == "worker" and role(obj) in c.MANAGED_ROLES:
             if uid not in self.seen.pod_names and gated(obj):

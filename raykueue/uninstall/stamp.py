@@ -21,11 +21,11 @@ from typing import Any, Final
 
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, annotations, labels, metadata
-from raykueue.kube.resources import crd
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.uninstall.plan import templates
+from raykueue.uninstall.run import RAY
 
-RAYCLUSTERS: Final = crd(c.RAY_API_GROUP, "v1", "rayclusters")
+RAYCLUSTERS: Final = RAY[c.RAYCLUSTER_KIND]
 LEGACY_WEBHOOK: Final = "mutate-legacy-pods.raykueue.io"
 RECREATE: Final = "Recreate"
 # How to leave the legacy entry out, as each install does it.
