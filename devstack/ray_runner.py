@@ -48,6 +48,13 @@ HEAD_START_TIMEOUT = 90.0
 START_ATTEMPTS = 3
 STARTED_LINE = b"Ray runtime started"
 WORKER_STOP_GRACE = 10.0
+# What a worker's `ray start --block` prints (its raylet.out tail) when the node shut
+# itself down because Ray's autoscaler drained it (idle termination, or preemption):
+# autoscaler v2 drains a node first and only then asks KubeRay to delete its pod, so
+# for a few seconds the pod still runs with its Ray process gone. A real container
+# exits the same way; that is an end, not a failure.
+DRAINED_BY_AUTOSCALER = "death info: reason: AUTOSCALER_DRAIN"
+DRAINED_TAIL_LINES = 400
 GEN_CMD_ENV = "KUBERAY_GEN_RAY_START_CMD"
 
 
@@ -259,7 +266,9 @@ class RayClusterRunner:
             proc.terminate()
             self.stopping.append(proc)
         for name, proc in list(self.workers.items()):
-            if self._retry(name, proc):
+            if drained(proc):
+                proc.terminate()  # what is left of it; kept in `workers` so it never starts again
+            elif self._retry(name, proc):
                 del self.workers[name]
 
     def _watch(self, proc: RayProcess) -> None:
@@ -355,3 +364,9 @@ class RayClusterRunner:
             ray_node.worker_argv(self.gcs_address, agent, self.tier.temp_dir(), name, _generated_cmd(pod)),
             ray_node.node_env(name, pod["metadata"]["labels"].get("ray.io/group", "")), node=True)
         self.attempts[name] = self.attempts.get(name, 0) + 1
+
+
+def drained(proc: RayProcess) -> bool:
+    """A worker node that exited because the autoscaler drained it (see DRAINED_BY_AUTOSCALER)."""
+    return (proc.exited() is not None and proc.stopping is None
+            and DRAINED_BY_AUTOSCALER in tail(proc.log, DRAINED_TAIL_LINES))
