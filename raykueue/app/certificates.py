@@ -12,6 +12,7 @@ Two sources, one destination (`certs.serving.ServingContext`, loaded with bytes)
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ from pathlib import Path
 
 from raykueue.app.metrics import CERT_EXPIRY, CERT_RELOADS, TLS_HANDSHAKES
 from raykueue.app.settings import Settings
+from raykueue.app.startup import StartupError
 from raykueue.certs.inject import inject_ca_bundle
 from raykueue.certs.keeper import SecretCertKeeper, placeholder_pair
 from raykueue.certs.rotation import Material
 from raykueue.certs.serving import ServingContext
-from raykueue.certs.store import CA_CERT, CertReloader, ensure_certs, write_atomic
+from raykueue.certs.store import CA_CERT, CertPaths, CertReloader, HalfPair, ensure_certs, write_atomic
 from raykueue.core import contract as c
 from raykueue.kube.rest import Rest
 
@@ -68,9 +70,14 @@ def counted(cert_pem: bytes, key_pem: bytes) -> ServingContext:
 def from_cert_dir(settings: Settings, rest: Rest | None, stop: threading.Event,
                   threads: list[threading.Thread]) -> Certificates:
     """Serve the files in the cert dir (issued when absent) and follow their changes."""
-    paths = ensure_certs(settings.cert_dir, tuple(settings.dns_names),
-                         tuple(settings.ip_addresses))
-    serving = counted(paths.tls_cert.read_bytes(), paths.tls_key.read_bytes())
+    paths = _cert_files(settings)
+    try:
+        serving = counted(paths.tls_cert.read_bytes(), paths.tls_key.read_bytes())
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        raise StartupError(
+            f"{paths.tls_cert} and {paths.tls_key} are not a usable PEM certificate and its key "
+            f"({_why(exc)}) (fix: put a matching pair there, or remove both, and ca.crt and ca.key "
+            "with them, to have raykueue issue its own)") from exc
     reloader = CertReloader(serving, paths.tls_cert, paths.tls_key)
     if settings.inject_ca_bundle and rest is not None:
         inject = _injector(rest, paths.ca_cert)
@@ -81,6 +88,27 @@ def from_cert_dir(settings: Settings, rest: Rest | None, stop: threading.Event,
                                stop))
     reloader.start()
     return Certificates(serving, paths.ca_cert, None, reloader)
+
+
+def _cert_files(settings: Settings) -> CertPaths:
+    where = f"{settings.cert_dir} (--cert-dir / RAYKUEUE_CERT_DIR)"
+    try:
+        return ensure_certs(settings.cert_dir, tuple(settings.dns_names), tuple(settings.ip_addresses))
+    except HalfPair as exc:
+        raise StartupError(
+            f"{exc.have} is there but {exc.lacks} is not; raykueue never writes over a certificate "
+            f"it was given (fix: add {exc.lacks.name}, or remove {exc.have.name} to have raykueue "
+            "issue its own)") from exc
+    except OSError as exc:
+        raise StartupError(
+            f"cannot write certificates into {where}: {exc.filename or settings.cert_dir}: "
+            f"{exc.strerror or exc} (fix: make that directory writable by this user, or mount "
+            "tls.crt and tls.key there)") from exc
+
+
+def _why(exc: BaseException) -> str:
+    # OpenSSL's reason (e.g. "[SSL] PEM lib") or the parser's, without the class path.
+    return f"{type(exc).__name__}: {exc}"
 
 
 def from_secret(settings: Settings, rest: Rest | None, is_leader: Callable[[], bool],

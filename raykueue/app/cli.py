@@ -6,10 +6,14 @@ import argparse
 import gc
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from raykueue.app.settings import Settings
+from raykueue.app.startup import StartupError, bind, settings_error
 
 if TYPE_CHECKING:
     import ssl
@@ -23,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raykueue", description="Per-pod Kueue admission for autoscaled KubeRay clusters."
     )
+    parser.add_argument("--version", action="version", version=f"raykueue {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser(
@@ -46,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="say why a pod is still gated")
     explain.add_argument("pod")
-    explain.add_argument("-n", "--namespace", default="default")
+    explain.add_argument("-n", "--namespace",
+                         help="the pod's namespace (default: the kubeconfig context's, as kubectl)")
     explain.add_argument("--kubeconfig")
 
     certs = sub.add_parser("certs", help="inspect or rotate the certificate Secret")
@@ -102,13 +108,45 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version("raykueue")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "unknown (not installed)"
+
+
+def settings_from(flags: dict[str, Any]) -> Settings:
+    """Settings from flags and RAYKUEUE_* variables, or a StartupError naming the bad one."""
+    try:
+        return Settings(**flags)
+    except ValidationError as exc:
+        raise settings_error(exc, flags) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    overrides: dict[str, Any] = {
-        k: v for k, v in vars(args).items() if v is not None and k not in ("command", "pod")
-    }
+    try:
+        return _run(args)
+    except StartupError as exc:
+        _report(str(exc))
+        return 2
+
+
+def _report(message: str) -> None:
+    """One line: a JSON log line once logging is set up (a pod's log), plain text before."""
+    from raykueue.app import logs
+
+    if logs.configured():
+        log.error("%s", message)
+    else:
+        print(f"raykueue: {message}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
-        return serve(Settings(**overrides))
+        flags: dict[str, Any] = {
+            k: v for k, v in vars(args).items() if v is not None and k != "command"}
+        return serve(settings_from(flags), flags)
     if args.command == "certs":
         return certs(args)
     if args.command in ("uninstall", "handback"):
@@ -152,30 +190,36 @@ def tune_interpreter(settings: Settings) -> None:
     sys.setswitchinterval(settings.switch_interval_ms / 1000)
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, flags: Collection[str] = ()) -> int:
     import uvicorn
 
     from raykueue.app import logs, runtime
     from raykueue.kube.client import ClusterConfigError
 
     logs.configure(settings.log_level)
+    # Bound first: a taken port fails before anything starts or says it serves.
+    listener = bind(settings.host, settings.port, flags)
     try:
-        running = runtime.start(settings)
-    except ClusterConfigError as exc:
-        log.error("%s", exc)
-        return 2
-    config = uvicorn_config(settings, running.app, running.certificates.serving.context)
-    tune_interpreter(settings)
-    log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,
-             running.certificates.ca_file)
-    try:
-        uvicorn.Server(config).run()
+        try:
+            running = runtime.start(settings)
+        except ClusterConfigError as exc:
+            log.error("%s", exc)
+            return 2
+        config = uvicorn_config(settings, running.app, running.certificates.serving.context)
+        tune_interpreter(settings)
+        log.info("serving admission on https://%s:%d (CA %s)", settings.host, settings.port,
+                 running.certificates.ca_file)
+        try:
+            uvicorn.Server(config).run(sockets=[listener])
+        finally:
+            running.shutdown()
+        return 0
     finally:
-        running.shutdown()
-    return 0
+        listener.close()
 
 
-def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
+def explain(pod: str, namespace: str | None, kubeconfig: str | None) -> int:
+    from raykueue.app.kubecontext import context_namespace
     from raykueue.controller.explain import explain_pod
     from raykueue.kube.client import load_api_client
     from raykueue.kube.rest import Rest
@@ -185,10 +229,10 @@ def explain(pod: str, namespace: str, kubeconfig: str | None) -> int:
         print("raykueue explain: no cluster reachable (set --kubeconfig or KUBECONFIG)",
               file=sys.stderr)
         return 2
-    from raykueue.app.settings import Settings
     from raykueue.coexist.watcher import read_findings
 
-    settings = Settings()
+    namespace = namespace or context_namespace(kubeconfig)
+    settings = settings_from({})
     rest = Rest(api)
     notes = [f"{f.kind}: {f.message}"
              for f in read_findings(rest, settings.kueue_namespace, settings.kueue_config_map)]
@@ -233,7 +277,7 @@ def certs(args: argparse.Namespace) -> int:
     from raykueue.kube.client import load_api_client
     from raykueue.kube.rest import ApiError, Rest
 
-    settings = Settings()
+    settings = settings_from({})
     name = args.secret or settings.cert_secret
     namespace = args.namespace or settings.pod_namespace
     if not name:

@@ -54,6 +54,11 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+def configured() -> bool:
+    """Whether `configure` set up the JSON handler (a failure is then reported as a JSON line)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
 def configure(level: str) -> None:
     # The logging HOWTO's documented savings: no caller lookup (a stack walk
     # per record), no thread or process names. An admission decision is tens

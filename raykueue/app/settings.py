@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from raykueue.core import contract as c
 
 CommaList = Annotated[list[str], NoDecode]
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
@@ -152,6 +153,15 @@ class Settings(BaseSettings):
                 return orjson.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        # Checked here, not at logging setup: a typo is then the one-line settings error.
+        level = value.strip().upper()
+        if level not in _LEVELS:
+            raise ValueError(f"not a log level: use one of {', '.join(_LEVELS)}")
+        return level
 
     @model_validator(mode="after")
     def _controller_identity(self) -> Settings:

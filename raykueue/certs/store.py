@@ -33,6 +33,14 @@ log = logging.getLogger(__name__)
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 
 
+class HalfPair(ValueError):
+    """A cert dir holds one file of a certificate/key pair but not the other."""
+
+    def __init__(self, have: Path, lacks: Path) -> None:
+        super().__init__(f"{have} is there but {lacks} is not")
+        self.have, self.lacks = have, lacks
+
+
 @dataclass(frozen=True, slots=True)
 class CertPaths:
     cert_dir: Path
@@ -52,7 +60,9 @@ def ensure_certs(cert_dir: str | os.PathLike[str],
                  renew_within: timedelta | None = None) -> CertPaths:
     """Serving files in `cert_dir`, issuing them only when needed.
 
-    Existing `tls.crt`/`tls.key` are used as given. Otherwise a serving pair
+    Existing `tls.crt`/`tls.key` are used as given; one without the other (unless
+    `ca.crt` and `ca.key` are there to reissue it), or `ca.crt` without `ca.key`,
+    raises HalfPair: a file raykueue was given is never overwritten. Otherwise a serving pair
     is issued from `ca.crt`/`ca.key` when present (so the caBundle clients
     trust stays the same), or from a new CA written alongside it.
 
@@ -70,6 +80,16 @@ def ensure_certs(cert_dir: str | os.PathLike[str],
 
     if tls_cert.exists() and tls_key.exists() and not _due(tls_cert, ca_key, renew_within):
         return CertPaths(root, tls_cert, tls_key, ca_cert if ca_cert.exists() else None, False)
+    # Half a pair is someone's certificate missing its key (or the reverse): issuing a
+    # new pair would write over the half they gave, so refuse and say which is missing.
+    # A serving half next to a whole CA is ours (issued from that CA): reissued from it.
+    own_ca = ca_cert.exists() and ca_key.exists()
+    halves = [(ca_cert, ca_key), (ca_key, ca_cert)]
+    if not own_ca:
+        halves += [(tls_cert, tls_key), (tls_key, tls_cert)]
+    for have, lacks in halves:
+        if have.exists() and not lacks.exists():
+            raise HalfPair(have, lacks)
 
     if ca_cert.exists() and ca_key.exists():
         ca = cert_from_pem(ca_cert.read_bytes())

@@ -283,14 +283,17 @@ def _queue(pod: Obj, ctx: Context, role: str, taken: bool) -> tuple[str, str] | 
         cluster = labels(pod).get(c.CLUSTER_LABEL, "")
         target = f"RayCluster {cluster}" if cluster else "the RayCluster"
         return Deny(
-            f"no Kueue queue for Ray {role} pod {display_name(pod)}: set label "
-            f"{c.QUEUE_LABEL}=<LocalQueue name> on {target} or on its pod template, or create "
+            # The annotation, as the README and examples say: Kueue's label on a Ray object
+            # is moved to it by raykueue, which a GitOps tool then sees as drift.
+            f"no Kueue queue for Ray {role} pod {display_name(pod)}: set annotation "
+            f"{c.QUEUE_ANNOTATION}=<LocalQueue name> on {target} or on its pod template, or create "
             f'a LocalQueue named "{c.DEFAULT_LOCAL_QUEUE}" in this namespace'
         )
     name, source = found
     if not is_dns1123_subdomain(name):
+        key = c.QUEUE_ANNOTATION if source.endswith("annotation") else c.QUEUE_LABEL
         return Deny(
-            f"{c.QUEUE_LABEL}={name!r} (from {source}) is not a valid LocalQueue name: use a "
+            f"{key}={name!r} (from {source}) is not a valid LocalQueue name: use a "
             "DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending "
             "with a letter or digit)"
         )

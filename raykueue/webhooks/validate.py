@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, display_name, gate_names, labels
+from raykueue.core.objects import Obj, display_name, gate_names, labels, metadata
 
 # Labels that decide whether and how a gated pod is admitted. The Workload was
 # built from them, and the validating webhook's objectSelector (ray.io/node-type
@@ -52,7 +52,7 @@ def judge_update(old: Obj, new: Obj, username: str, controllers: Collection[str]
         return Denied(
             f"the scheduling gate {c.GATE} on pod {display_name(old)} is lifted by raykueue "
             "when Kueue admits the pod's Workload; it may not be removed by "
-            f"{username or 'an anonymous user'}. Run `raykueue explain {display_name(old)}` "
+            f"{username or 'an anonymous user'}. Run `raykueue explain {_explain_args(old)}` "
             "to see why the Workload is still pending"
         )
 
@@ -62,6 +62,13 @@ def judge_update(old: Obj, new: Obj, username: str, controllers: Collection[str]
     if c.GATE not in gate_names(new):
         return Allowed("gate lifted by the controller")
     return Allowed("gated pod update")
+
+
+def _explain_args(pod: Obj) -> str:
+    # With -n: explain otherwise reads the kubeconfig context's namespace, maybe not the pod's.
+    namespace = metadata(pod).get("namespace")
+    name = display_name(pod)
+    return f"-n {namespace} {name}" if isinstance(namespace, str) and namespace else name
 
 
 def _frozen_label_change(old: Obj, new: Obj) -> str | None:

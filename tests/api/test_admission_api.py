@@ -97,11 +97,11 @@ def test_invalid_opt_in_is_denied_with_the_message(ns: str, kubectl) -> None:
     assert c.STANDALONE_ANNOTATION in result.stderr and '"true"' in result.stderr
 
 
-def test_missing_queue_is_denied_saying_which_label_to_set(ns: str, kubectl) -> None:
+def test_missing_queue_is_denied_saying_which_annotation_to_set(ns: str, kubectl) -> None:
     pod = ray_pod(ns, annotations={c.STANDALONE_ANNOTATION: "true"})
     result = create(kubectl, pod)
     assert result.returncode != 0
-    assert c.QUEUE_LABEL in result.stderr
+    assert c.QUEUE_ANNOTATION in result.stderr
 
 
 def test_dry_run_gets_the_same_answer_and_stores_nothing(ns: str, kubectl) -> None:

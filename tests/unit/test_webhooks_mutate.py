@@ -247,10 +247,13 @@ def test_namespace_default_local_queue_is_the_fallback() -> None:
     assert "default LocalQueue" in outcome.reason
 
 
-def test_no_queue_is_denied_naming_the_label_to_set() -> None:
+def test_no_queue_is_denied_naming_the_annotation_the_docs_use() -> None:
     outcome = run(opted_in(rv.head_review()), Context(cluster_known=True))
     assert not outcome.verdict.allowed
-    assert c.QUEUE_LABEL in outcome.verdict.message
+    # README and examples name the queue with the annotation (the label on a Ray object
+    # is moved to it, which GitOps sees as drift): the advice must say the same.
+    assert f"set annotation {c.QUEUE_ANNOTATION}=" in outcome.verdict.message
+    assert c.QUEUE_LABEL not in outcome.verdict.message
     assert "RayCluster raycluster-gpu" in outcome.verdict.message
     assert 'LocalQueue named "default"' in outcome.verdict.message
 
@@ -260,6 +263,14 @@ def test_queue_that_is_not_a_dns_subdomain_is_denied(queue: str) -> None:
     outcome = run(opted_in(with_queue(rv.head_review(), queue)))
     assert not outcome.verdict.allowed
     assert "DNS-1123 subdomain" in outcome.verdict.message
+
+
+def test_an_invalid_queue_annotation_is_named_as_the_annotation() -> None:
+    review = opted_in(rv.head_review())
+    review["request"]["object"]["metadata"].setdefault("annotations", {})[c.QUEUE_ANNOTATION] = "Team-A"
+    outcome = run(review)
+    assert not outcome.verdict.allowed
+    assert outcome.verdict.message.startswith(f"{c.QUEUE_ANNOTATION}='Team-A' (from pod annotation)")
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,14 @@ def test_anyone_else_lifting_the_gate_is_denied_with_an_explanation() -> None:
     assert c.GATE in message and "Kueue admits" in message and "kubernetes-admin" in message
 
 
+def test_the_gate_lift_denial_gives_an_explain_command_that_finds_the_pod() -> None:
+    old = gated_pod()
+    old["metadata"]["namespace"] = "team-a-ns"
+    message = judge(old, without_gate(old), "kubernetes-admin").verdict.message
+    # explain otherwise looks in the kubeconfig context's namespace, maybe not the pod's.
+    assert "`raykueue explain -n team-a-ns raycluster-gpu-gpu-group-worker-x7k2p`" in message
+
+
 def test_other_updates_of_a_gated_pod_are_allowed() -> None:
     old = gated_pod()
     new = copy.deepcopy(old)
