@@ -33,7 +33,8 @@ Objects = dict[tuple[str, str], dict[str, Any]]
 
 
 def template(helm, *sets: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    args = ["template", "raykueue", CHART, "--namespace", namespace]
+    # The chart renders its Namespace only on request; kustomize always builds one.
+    args = ["template", "raykueue", CHART, "--namespace", namespace, "--set", "createNamespace=true"]
     for s in sets:
         args += ["--set", s]
     out = helm(*args)
