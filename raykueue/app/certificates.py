@@ -117,8 +117,10 @@ def from_secret(settings: Settings, rest: Rest | None, is_leader: Callable[[], b
     s = settings
     assert s.cert_secret is not None
     if rest is None:
-        raise RuntimeError(
-            f"RAYKUEUE_CERT_SECRET={s.cert_secret} needs a reachable cluster to read the Secret")
+        raise StartupError(
+            f"RAYKUEUE_CERT_SECRET={s.cert_secret} needs a cluster to read the Secret from, and "
+            "none is configured (fix: run in a pod or give --kubeconfig, or unset "
+            "RAYKUEUE_CERT_SECRET to serve from --cert-dir)")
     ca_file = Path(s.cert_dir) / CA_CERT
     serving = counted(*placeholder_pair(list(s.dns_names), list(s.ip_addresses)))
     keeper = SecretCertKeeper(

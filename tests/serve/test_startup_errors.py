@@ -59,6 +59,7 @@ def the_error(lines: list[str]) -> str:
 
 @pytest.mark.parametrize(("env", "args", "names"), [
     ({"RAYKUEUE_LEASE_SECONDS": "5"}, (), "RAYKUEUE_LEASE_SECONDS"),
+    ({"RAYKUEUE_DNS_NAMES": "[not json"}, (), "RAYKUEUE_DNS_NAMES=[not json"),
     ({"RAYKUEUE_PODS_READY": "maybe"}, (), "RAYKUEUE_PODS_READY=maybe"),
     ({}, ("--log-level", "verbose"), "--log-level verbose"),
     ({"RAYKUEUE_LOG_LEVEL": "verbose"}, (), "RAYKUEUE_LOG_LEVEL=verbose"),
@@ -70,6 +71,12 @@ def test_a_bad_setting_is_one_line_naming_it(tmp_path: Path, env: dict[str, str]
     assert len(lines) == 1, "\n".join(lines)  # nothing else: logging is not set up yet
     assert names in the_error(lines)
     assert not (tmp_path / "certs").exists()  # failed before touching anything
+
+
+def test_a_certificate_secret_without_a_cluster_names_the_variable(tmp_path: Path) -> None:
+    rc, lines = serve(tmp_path, env={"RAYKUEUE_CERT_SECRET": "raykueue-webhook-tls"})
+    assert rc == 2
+    assert "RAYKUEUE_CERT_SECRET=raykueue-webhook-tls" in the_error(lines)
 
 
 def test_a_cert_dir_that_cannot_be_made_names_the_dir(tmp_path: Path) -> None:
