@@ -28,6 +28,7 @@ import pytest
 
 import devstack
 from devstack.kubeapi import KubeError
+from testkit.waiting import wait_for
 from tests.api.test_install import CONFIGS, NAMESPACE, WPCS, config_path, ours_left, wait_namespace_gone
 from tests.kustomizes import oldest_kustomize
 
@@ -194,4 +195,26 @@ def test_readme_helm_install_runs_as_written(fresh: devstack.Stack, shell) -> No
     assert ours_left(api) == []
     assert api.get_or_none(f"{WPCS}/ray-worker") is None
     assert api.get(f"{WPCS}/ray-head")["value"] == 4242
+    wait_namespace_gone(api, NAMESPACE)
+
+
+def test_monitoring_without_the_operators_crds_fails_saying_so(fresh: devstack.Stack, shell) -> None:
+    """README's line plus `--set monitoring.enabled=true` where the Prometheus Operator is
+    not installed: one error that says what to do, and nothing left behind."""
+    api = fresh.api
+    # tests/api/test_chart_api.py installs the CRDs and deletes them without waiting.
+    wait_for(lambda: api.get_or_none("/apis/monitoring.coreos.com/v1") is None, timeout=60,
+             message="the Prometheus Operator's CRDs gone from discovery")
+    install = next(line for line in commands("## Helm") if line.startswith("helm install "))
+    try:
+        with pytest.raises(AssertionError) as failed:
+            shell(install + " --set monitoring.enabled=true")
+        text = str(failed.value)
+        assert "monitoring.enabled=true needs the Prometheus Operator's CRDs" in text
+        assert "no matches for kind" not in text
+        assert ours_left(api) == []
+    finally:
+        shell(f"helm uninstall raykueue -n {NAMESPACE} --ignore-not-found")
+        with contextlib.suppress(KubeError):
+            api.delete(f"/api/v1/namespaces/{NAMESPACE}")
     wait_namespace_gone(api, NAMESPACE)
