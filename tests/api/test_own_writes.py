@@ -78,6 +78,10 @@ def enforced(rest: Rest, probe: Callable[[], None]) -> Iterator[None]:
         for path in reversed(made):
             with contextlib.suppress(ApiError):
                 rest.delete(path)
+        # ... and out of force again only a moment after the delete: the next test
+        # first shows what RBAC alone lets through.
+        wait_for(lambda: refusal(probe) is None, timeout=30, interval=0.2,
+                 message="the policy to be out of force")
 
 
 def refusal(write: Callable[[], Any]) -> str | None:
