@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
+
 import devstack
 from raykueue.core import contract as c
 from testkit.waiting import wait_for
@@ -33,6 +35,8 @@ from . import install as inst
 NAMESPACE = "raykueue-helm-out"
 
 
+# Install (the image into the release), a cluster settled, the uninstall with its hook.
+@pytest.mark.timeout(900)
 def test_helm_uninstall_alone_leaves_no_pod_pending_or_gated(
         node_stack: devstack.Stack, admin, queue) -> None:  # noqa: F811
     installed = False
@@ -46,7 +50,11 @@ def test_helm_uninstall_alone_leaves_no_pod_pending_or_gated(
         wait_for(settled(admin, ns, "left", 1, 1), timeout=180, message=describe(admin, ns, "left"))
 
         started = time.monotonic()
-        inst.uninstall_helm(node_stack, NAMESPACE)  # the hook runs inside, Helm waits for it
+        try:
+            inst.uninstall_helm(node_stack, NAMESPACE)  # the hook runs inside, Helm waits for it
+        except BaseException:
+            print(hook_state(node_stack), file=sys.stderr)
+            raise
         installed = False
         took = time.monotonic() - started
         print(f"[node] helm uninstall (hook included): {took:.1f}s", file=sys.stderr)
@@ -69,3 +77,22 @@ def test_helm_uninstall_alone_leaves_no_pod_pending_or_gated(
             inst.uninstall_helm(node_stack, NAMESPACE)
         if node_stack.api.get_or_none(f"/api/v1/namespaces/{NAMESPACE}") is not None:
             node_stack.api.delete(f"/api/v1/namespaces/{NAMESPACE}")
+
+
+def hook_state(stack: devstack.Stack) -> str:
+    """The hook Job's status and its pods' phases and logs, for a failure's report."""
+    api = stack.api
+    job = api.get_or_none(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/raykueue-uninstall")
+    lines = [f"hook Job status: {(job or {}).get('status')}"]
+    pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods",
+                   query={"labelSelector": "app.kubernetes.io/component=uninstall"})["items"]
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        lines.append(f"pod {name}: {pod['status'].get('phase')} {pod['status'].get('conditions')}")
+        try:
+            _, body = api.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/log")
+            lines.append(body.decode(errors="replace")[-4000:])
+        except Exception as exc:  # a report, whatever the log says
+            lines.append(f"(no log: {exc})")
+    return "\n".join(lines)
+
