@@ -19,9 +19,10 @@ quota until it goes. So the order is:
 5. with --handback, give each suspended object to Kueue: the queue label from
    `raykueue.io/queue-name` (or the namespace's LocalQueue `default`), the opt-in and
    raykueue's marks removed, and the autoscaler's allocate timeout raykueue raised
-   (86400 s, for pods waiting on per-pod quota) back to Ray's own, still suspended: Kueue makes its Workload, admits the
-   cluster whole and resumes it. Without it, the objects stay suspended and opted in
-   ("parked"); a later `raykueue uninstall --yes --handback` hands them back.
+   (86400 s, for pods waiting on per-pod quota) back to Ray's own, still suspended:
+   Kueue makes its Workload, admits the cluster whole and resumes it. Without it, the
+   objects stay suspended and opted in ("parked"); a later
+   `raykueue uninstall --yes --handback` hands them back.
 
 Suspending first also satisfies the rule that the opt-in of a live cluster cannot
 change unless it is suspended, and the opt-in is only removed once no raykueue
