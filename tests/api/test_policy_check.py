@@ -5,7 +5,10 @@ then one binding deleted (an install that skipped it): `raykueue serve` as the
 installed ServiceAccount, with the shipped RBAC, names the policy on /readyz
 (the "policies" check, detail only: the replica stays ready), in its log and in
 `raykueue_policy_missing`; the binding put back, it says all three are
-enforced and the gauge drops to 0.
+enforced and the gauge drops to 0. And the issue's own reproduction, on that
+install: `kubectl --as=system:serviceaccount:raykueue-system:raykueue delete pod`
+of a worker of a RayCluster that never opted in is refused; of a pod raykueue
+manages, it goes.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from typing import Any
 
 import devstack
 from raykueue.coexist.policies import GATED_AT_CREATION_POLICY, POLICIES
+from raykueue.core import contract as c
 from testkit.accounts import service_account_token, token_kubeconfig
 from testkit.servers import RaykueueServer, metrics_page
 from testkit.waiting import wait_for
 from tests.api.test_install import NAMESPACE, SERVICE_ACCOUNT, installed  # noqa: F401 - fixture
+from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
 
@@ -80,3 +85,32 @@ def test_a_binding_the_install_skipped_is_named_and_the_replica_stays_ready(
             meta = binding["metadata"]
             binding["metadata"] = {k: meta[k] for k in ("name", "labels") if k in meta}
             api.call("POST", BINDINGS, binding)
+
+
+def test_kubectl_as_raykueue_cannot_delete_another_teams_ray_pod(
+        installed: devstack.Stack, new_namespace) -> None:  # noqa: F811
+    api = installed.api
+    ns = new_namespace("other-team")
+    cluster = api.call("POST", f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{ns}/rayclusters", {
+        "apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND, "metadata": {"name": "theirs"},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+            "containers": [{"name": "ray-head", "image": "rayproject/ray"}]}}}}})
+    owner = [{"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND, "name": "theirs",
+              "uid": cluster["metadata"]["uid"], "controller": True}]
+    for name, extra in (("theirs-worker", {}), ("managed", {c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE})):
+        api.call("POST", f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "ownerReferences": owner,
+            "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "theirs", **extra}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    as_raykueue = f"--as={c.service_account_user(NAMESPACE, SERVICE_ACCOUNT)}"
+    # The API server loads a policy through an informer: in force a moment after the install.
+    wait_for(lambda: "raykueue-own-writes" in installed.kubectl(
+        as_raykueue, "-n", ns, "delete", "pod", "theirs-worker", "--dry-run=server").stderr,
+        timeout=30, interval=0.5, message="the installed policy to be in force")
+    refused = installed.kubectl(as_raykueue, "-n", ns, "delete", "pod", "theirs-worker", "--wait=false")
+    assert refused.returncode != 0, refused.stdout
+    assert "raykueue-own-writes" in refused.stderr and "may delete only" in refused.stderr, refused.stderr
+    assert api.get(f"/api/v1/namespaces/{ns}/pods/theirs-worker")["metadata"].get("deletionTimestamp") is None
+    done = installed.kubectl(as_raykueue, "-n", ns, "delete", "pod", "managed", "--wait=false")
+    assert done.returncode == 0, done.stderr
+
