@@ -423,10 +423,10 @@ def kube_proxy_ready(stack: Stack) -> tuple[bool, str]:
     return http_ok(f"http://{net.node_ip}:{stack.procs['kube-proxy'].ports['healthz']}/healthz")
 
 
-# ---- the controllers a Deployment needs ---------------------------------------------------
+# ---- the controllers a Deployment (and the chart's uninstall hook, a Job) needs -------------
 
 NODE_CONTROLLERS = ("deployment-controller", "replicaset-controller",
-                    "endpointslice-controller", "disruption-controller")
+                    "endpointslice-controller", "disruption-controller", "job-controller")
 
 
 def node_controllers_args(stack: Stack, ports: Ports) -> list[str]:

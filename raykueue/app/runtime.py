@@ -25,6 +25,7 @@ from raykueue.app.leadership import COMPONENT, ControllerHost
 from raykueue.app.lookup import ClusterView, keep_labels, keep_metadata, keep_value
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
+from raykueue.coexist.policywatch import PolicyWatch
 from raykueue.coexist.watcher import KueueWatch
 from raykueue.controller.unaccounted import UnaccountedPods
 from raykueue.core import contract as c
@@ -101,6 +102,8 @@ class Cluster:
         self.view = ClusterView.connecting()
         self.caches: tuple[WatchCache, ...] = ()  # every cache started, the Kueue watch's included
         self.kueue: KueueWatch | None = None
+        # Outside `caches`: the policies are reported, never waited for.
+        self.policies: PolicyWatch | None = None
         self.rayclusters: WatchCache | None = None
         self._lock = threading.Lock()
         self._stopped = False
@@ -181,6 +184,8 @@ class Cluster:
                                EventRecorder(rest, "raykueue.io/coexist")).start()
             self.caches = (*caches, *kueue.caches)
             self.kueue = kueue
+            self.policies = PolicyWatch(rest, c.service_account_user(
+                s.pod_namespace, s.service_account)).start()
             self.rayclusters = owners[c.RAYCLUSTER_KIND]
             self.view.attach(owners, local_queues, priority_classes,
                              kueue=lambda: kueue.snapshot.setup, namespaces=namespaces)
@@ -190,8 +195,11 @@ class Cluster:
         with self._lock:
             self._stopped = True
             caches = self.caches
+            policies = self.policies
         for cache in caches:
             cache.stop()
+        if policies is not None:
+            policies.stop()
 
     def ready(self) -> tuple[bool, str]:
         if not self.connected:
@@ -214,6 +222,10 @@ class Cluster:
     def kueue_ready(self) -> tuple[bool, str]:
         kueue = self.kueue
         return kueue.probe() if kueue is not None else (False, "not connected yet")
+
+    def policies_ready(self) -> tuple[bool, str]:
+        policies = self.policies
+        return policies.probe() if policies is not None else (True, "not connected yet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +274,9 @@ def start(settings: Settings) -> Runtime:
         # Findings about Kueue's setup are reported here as detail, never as
         # unready: that would stop every opted-in Ray pod in the cluster.
         readiness.append(Readiness("kueue", cluster.kueue_ready))
+        # The same for raykueue's ValidatingAdmissionPolicies: missing ones are
+        # named with what is unprotected without them (issue 28), never unready.
+        readiness.append(Readiness("policies", cluster.policies_ready))
     if leadership is not None:
         if certs.keeper is not None:
             leadership.on_elected(certs.keeper.wake)

@@ -18,9 +18,11 @@ quota until it goes. So the order is:
    would recreate them gated), and every raykueue Workload left;
 5. with --handback, give each suspended object to Kueue: the queue label from
    `raykueue.io/queue-name` (or the namespace's LocalQueue `default`), the opt-in and
-   raykueue's marks removed, still suspended: Kueue makes its Workload, admits the
-   cluster whole and resumes it. Without it, the objects stay suspended and opted in
-   ("parked"); a later `raykueue uninstall --yes --handback` hands them back.
+   raykueue's marks removed, and the autoscaler's allocate timeout raykueue raised
+   (86400 s, for pods waiting on per-pod quota) back to Ray's own, still suspended:
+   Kueue makes its Workload, admits the cluster whole and resumes it. Without it, the
+   objects stay suspended and opted in ("parked"); a later
+   `raykueue uninstall --yes --handback` hands them back.
 
 Suspending first also satisfies the rule that the opt-in of a live cluster cannot
 change unless it is suspended, and the opt-in is only removed once no raykueue
@@ -42,6 +44,7 @@ from typing import Any, Final
 from raykueue.core import contract as c
 from raykueue.core.jsonpointer import pointer
 from raykueue.core.objects import Obj, annotations, controller_ref, gate_names, labels, metadata, spec
+from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, INJECTED_ANNOTATION
 
 # Where each kind keeps its RayCluster spec and its suspend flag. A RayService's
 # `rayClusterConfig.suspend` is not a suspend of the service (see the docstring).
@@ -446,6 +449,7 @@ def handback_patches(kind: str, obj: Obj, queue: str) -> list[list[dict[str, Any
         ops.append({"op": "add", "path": pointer("metadata", "labels"), "value": {c.QUEUE_LABEL: queue}})
     ops += _drop(("metadata", "labels"), meta.get("labels"))
     ops += _drop(("metadata", "annotations"), meta.get("annotations"))
+    ops += restore_allocate_timeout(kind, obj)
     for path, template in templates(obj, kind):
         tmeta = metadata(template)
         ops += _drop((*path, "metadata", "labels"), tmeta.get("labels"))
@@ -460,6 +464,29 @@ def handback_patches(kind: str, obj: Obj, queue: str) -> list[list[dict[str, Any
                             "value": [{"name": c.KUEUE_ELASTIC_JOB_GATE}]})
     patches.append(ops)
     return patches
+
+
+def restore_allocate_timeout(kind: str, obj: Obj) -> list[dict[str, Any]]:
+    """JSON patch ops removing the autoscaler's allocate timeout raykueue injected.
+
+    Kueue admits a handed-back cluster whole; its pods wait for no per-pod quota,
+    so Ray's own timeout applies again. Only the value raykueue wrote (its
+    annotation says which) goes, tested in place: a value the user set, or
+    changed since, stays.
+    """
+    injected = annotations(obj).get(INJECTED_ANNOTATION)
+    if kind != c.RAYCLUSTER_KIND or not injected:
+        return []
+    at = (*CLUSTER_SPEC[kind], "autoscalerOptions", "env")
+    env = get_path(obj, at)
+    if not isinstance(env, list):
+        return []
+    for i, var in enumerate(env):
+        if (isinstance(var, Mapping) and var.get("name") == ALLOCATE_TIMEOUT_ENV
+                and var.get("value") == injected and "valueFrom" not in var):
+            return [{"op": "test", "path": pointer(*at, str(i)), "value": dict(var)},
+                    {"op": "remove", "path": pointer(*at, str(i))}]
+    return []
 
 
 # --- what the plan says ------------------------------------------------------------------------

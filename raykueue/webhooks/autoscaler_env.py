@@ -19,6 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 ALLOCATE_TIMEOUT_ENV = "RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S"
+# On the RayCluster, the value raykueue put into its env: a handback to Kueue
+# (uninstall/plan.py) removes the variable only while it still holds that value,
+# so a value the user set (before, or since) stays.
+INJECTED_ANNOTATION = "raykueue.io/allocate-timeout"
 # A day: a worker waiting that long for quota is still better kept than recycled.
 DEFAULT_ALLOCATE_TIMEOUT_SECONDS = 86400
 

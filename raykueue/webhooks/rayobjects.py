@@ -38,7 +38,7 @@ from enum import Enum
 from raykueue.core import contract as c
 from raykueue.core.jsonpointer import pointer
 from raykueue.core.objects import Obj, annotations, display_name, labels, metadata
-from raykueue.webhooks.autoscaler_env import allocate_timeout_patch
+from raykueue.webhooks.autoscaler_env import INJECTED_ANNOTATION, allocate_timeout_patch
 from raykueue.webhooks.mutate import Patch, drop_entries, put_entries
 
 
@@ -262,7 +262,12 @@ def _first_patch(obj: Obj, operation: str, policy: RayObjectPolicy) -> Patch:
         # re-apply replaces `workerGroupSpecs` and `autoscalerOptions.env` whole).
         cluster = _get(obj, CLUSTER_SPEC[kind])
         if isinstance(cluster, dict):
-            ops += allocate_timeout_patch(cluster, policy.allocate_timeout, at=pointer(*CLUSTER_SPEC[kind]))
+            timeout_ops = allocate_timeout_patch(cluster, policy.allocate_timeout,
+                                                 at=pointer(*CLUSTER_SPEC[kind]))
+            if timeout_ops and policy.allocate_timeout:
+                ops += timeout_ops + put_entries(
+                    ("metadata", "annotations"), metadata(obj).get("annotations"),
+                    {INJECTED_ANNOTATION: str(int(policy.allocate_timeout))})
         for where, template in _cluster_templates(obj):
             meta = _dict(template.get("metadata"))
             ops += _move_queue((*where, "metadata"), meta)

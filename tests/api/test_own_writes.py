@@ -78,6 +78,10 @@ def enforced(rest: Rest, probe: Callable[[], None]) -> Iterator[None]:
         for path in reversed(made):
             with contextlib.suppress(ApiError):
                 rest.delete(path)
+        # ... and out of force again only a moment after the delete: the next test
+        # first shows what RBAC alone lets through.
+        wait_for(lambda: refusal(probe) is None, timeout=30, interval=0.2,
+                 message="the policy to be out of force")
 
 
 def refusal(write: Callable[[], Any]) -> str | None:
@@ -162,6 +166,7 @@ def test_raykueues_account_is_refused_what_it_does_not_manage(
         refused = {what: refusal(write) for what, write in writes.items()}
         assert all(refused.values()), [what for what, text in refused.items() if not text]
         assert "pod " + ns + "/other-team is neither" in refused["delete another team's pod"]
+        assert "may change only" in refused["relabel another team's pod"]
         assert "Kueue admits" in refused["admit its own Workload"]
         # raykueue's own writes on its own Workload are still let through.
         assert refusal(lambda: apply_dry(
@@ -171,30 +176,33 @@ def test_raykueues_account_is_refused_what_it_does_not_manage(
     admin.delete(pod_path)
 
 
-def test_a_kuberay_pod_without_raykueues_marks_may_be_deleted_never_changed(
+def test_a_pod_of_an_opted_in_cluster_may_be_deleted_never_changed(
         admin, ns, as_controller) -> None:  # noqa: F811
-    """A pod of a cluster opted in before the stamp existed, let through ungated while
-    raykueue was down, carries none of raykueue's marks: the controller sends it back
-    to the queue by deleting it (controller/unaccounted.py), and may do nothing else to it."""
+    """A pod of an opted-in cluster that carries the stamp but none of raykueue's other
+    marks (it ran ungated while raykueue was down) may be deleted by raykueue, and
+    nothing else; the same pod without the stamp (its cluster never opted in) may not
+    even be deleted (tests/api/test_least_privilege.py has the rest)."""
     cluster = admin.create(f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{ns}/rayclusters", {
         "apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
-        "metadata": {"name": "legacy", "namespace": ns,
+        "metadata": {"name": "stamped", "namespace": ns,
                      "annotations": {c.STANDALONE_ANNOTATION: "true"}},
         "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
             "containers": [{"name": "ray-head", "image": "rayproject/ray"}]}}}}})
-    create_pod(admin, {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "legacy-worker", "namespace": ns,
-        "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "legacy"},
-        "ownerReferences": [{"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
-                             "name": "legacy", "uid": cluster["metadata"]["uid"],
-                             "controller": True}]},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
-    path = PODS.path(ns, "legacy-worker")
+    owner = [{"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND, "name": "stamped",
+              "uid": cluster["metadata"]["uid"], "controller": True}]
+    for name, stamp in (("stamped-worker", {c.OPTED_IN_LABEL: c.OPTED_IN_VALUE}), ("bare-worker", {})):
+        create_pod(admin, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": ns, "ownerReferences": owner,
+            "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "stamped", **stamp}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    path = PODS.path(ns, "stamped-worker")
     relabel = lambda: as_controller.merge_patch(  # noqa: E731
         path, {"metadata": {"labels": {"x": "y"}}}, DRY_RUN)
     with enforced(admin, relabel):
-        assert "is neither" in (refusal(relabel) or "")
+        assert "may change only" in (refusal(relabel) or "")
         assert refusal(lambda: as_controller.delete(path, query=DRY_RUN)) is None
+        assert "is neither" in (refusal(lambda: as_controller.delete(
+            PODS.path(ns, "bare-worker"), query=DRY_RUN)) or "")
 
 
 def test_under_the_policy_the_controller_still_does_its_whole_job(

@@ -39,7 +39,13 @@ def template(helm, *sets: str, namespace: str = NAMESPACE) -> list[dict[str, Any
         args += ["--set", s]
     out = helm(*args)
     assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    # Hooks (the pre-delete uninstall Job) have no kustomize counterpart:
+    # tests/tools/test_uninstall_hook.py reads them.
+    return [d for d in yaml.safe_load_all(out.stdout) if d and not is_hook(d)]
+
+
+def is_hook(doc: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in ((doc.get("metadata") or {}).get("annotations") or {})
 
 
 def kustomize(kubectl, tmp_path: Path, components: list[str]) -> list[dict[str, Any]]:

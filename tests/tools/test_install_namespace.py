@@ -133,3 +133,29 @@ def test_kueue_installed_by_its_helm_chart_is_named_once(install: str, helm, kub
     assert (settings.kueue_namespace, settings.kueue_config_map) == (
         "queues", "queues-kueue-manager-config")
     assert configmaps_readable(objs) == {"queues-kueue-manager-config"}
+
+
+@pytest.mark.parametrize("install", ["helm", "helm+certManager", "examples/another-namespace"])
+def test_the_own_writes_policy_binds_exactly_the_gate_lifter(install: str, helm, kubectl,
+                                                             monkeypatch) -> None:
+    """Issue 28: the policy that bounds raykueue's pod deletes names raykueue's own
+    account in its own namespace, no other (a same-named account elsewhere is
+    someone else's); and the policies skip raykueue's namespace as the webhooks do.
+    (An overlay with only `namespace:` keeps raykueue-system's account named here:
+    raykueue reports it at runtime, finding PolicyMissing.)"""
+    if install.startswith("helm"):
+        sets = ["certManager.enabled=true"] if "certManager" in install else []
+        docs = template(helm, *sets, namespace=NAMESPACE)
+    else:
+        docs = built(kubectl, ROOT / install)
+    objs = by_kind(docs)
+    settings = settings_from(kubelet_env(objs[("Deployment", "raykueue")]), monkeypatch)
+    policy = objs[("ValidatingAdmissionPolicy", "raykueue-own-writes")]["spec"]
+    (condition,) = policy["matchConditions"]
+    assert condition["expression"] == (
+        f"request.userInfo.username == '{settings.controller_identities[0]}'")
+    assert settings.controller_identities == [f"system:serviceaccount:{NAMESPACE}:raykueue"]
+    for name in ("raykueue-stamp", "raykueue-gated-at-creation"):
+        selector = objs[("ValidatingAdmissionPolicy", name)]["spec"]["matchConstraints"]["namespaceSelector"]
+        excluded = {v for e in selector["matchExpressions"] for v in e["values"]}
+        assert NAMESPACE in excluded and "raykueue-system" not in excluded, name

@@ -353,9 +353,10 @@ def test_cert_manager_overlay_hands_the_certificate_to_cert_manager(objs: dict) 
 
 
 def test_raykueues_own_writes_are_bounded_by_a_policy(objs: dict) -> None:
-    """The policy's names are the code's, and it binds the account the server derives
-    in any namespace; what it refuses is shown on the real API server
-    (tests/api/test_own_writes.py)."""
+    """The policy's names are the code's, and it binds exactly the account the server
+    derives in the install's namespace (a same-named account elsewhere is someone
+    else); what it refuses is shown on the real API server
+    (tests/api/test_own_writes.py, tests/api/test_least_privilege.py)."""
     policy = objs[("ValidatingAdmissionPolicy", "raykueue-own-writes")]["spec"]
     binding = objs[("ValidatingAdmissionPolicyBinding", "raykueue-own-writes")]["spec"]
     assert binding == {"policyName": "raykueue-own-writes", "validationActions": ["Deny"]}
@@ -374,6 +375,8 @@ def test_raykueues_own_writes_are_bounded_by_a_policy(objs: dict) -> None:
     text = yaml.safe_dump(policy)
     for name in (c.GATE, c.MANAGED_BY_LABEL, c.MANAGED_BY_VALUE):
         assert name in text
-    user = account["expression"]
-    assert "startsWith('system:serviceaccount:')" in user and "endsWith(':raykueue')" in user
-    assert Settings().service_account == "raykueue"
+    for name in (c.OPTED_IN_LABEL, c.OPTED_IN_VALUE):
+        assert name in text
+    settings = Settings()
+    assert account["expression"] == (
+        f"request.userInfo.username == '{settings.controller_identities[0]}'")
