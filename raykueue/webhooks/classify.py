@@ -258,9 +258,10 @@ def _kueue_job(ctx: Context, *, stamped: bool) -> str | None:
 
     A stamped pod was made from a template raykueue stamped, and the stamp comes
     off when Kueue takes the cluster (the hand-over, webhooks/rayobjects.py). So for
-    it, Kueue managing unqueued jobs in the namespace is not enough: Kueue leaves
-    a running cluster alone until it suspends it, and until then raykueue counts
-    its pods (a pod skipped here would be refused by `raykueue-gated-at-creation`).
+    it, Kueue managing unqueued jobs in the namespace is not enough: Kueue takes a
+    running cluster by suspending it, on the cluster's next event after the
+    namespace was labelled, and until then raykueue counts its pods (a pod skipped
+    here would be refused by `raykueue-gated-at-creation`).
     One KubeRay created from a template read just before the hand-over is gated
     too: KubeRay deletes it once it sees the suspend, and a gated pod is never
     refused.

@@ -223,17 +223,14 @@ def kueue_takes(obj: Obj, old: Obj, facts: Facts) -> str | Refused | None:
     managedJobsNamespaceSelector picks the namespace; Kueue's
     jobframework/reconciler.go `ReconcileGenericJob`). The opt-in is refused in such
     a namespace, so this is a namespace labelled (or a Configuration changed) after
-    the opt-in. Kueue then makes one Workload for the object and, while that
-    Workload is not admitted, suspends it (`stopJob`, "Not admitted by cluster
-    queue") - the UPDATE seen here. A user's suspend there ends the same way: a
-    suspended object without a Workload is one Kueue makes a Workload for. So the
-    object is handed over on that suspend: refusing it would only retry Kueue's
-    patch, and keeping the stamps would have every pod refused once Kueue resumes
-    the cluster (its ancestor is Kueue's, so neither webhook gates them).
-
-    A running cluster Kueue does not suspend stays raykueue's: Kueue waits for a
-    RayCluster whose status is Ready (`handleJobWithNoWorkload`, IsActive) without
-    making a Workload, so its pods are still counted once, by raykueue.
+    the opt-in. On the object's next event Kueue finds no Workload matching the
+    running object and suspends it (`ensureOneWorkload`, "No matching Workload") -
+    the UPDATE seen here; once its pods are gone it makes one Workload for it, with
+    the queue of its label. A user's suspend there ends the same way: a suspended
+    object without a Workload is one Kueue makes a Workload for. So the object is
+    handed over on that suspend: refusing it would only retry Kueue's patch, and
+    keeping the stamps would have every pod refused once Kueue resumes the cluster
+    (its ancestor is Kueue's, so neither webhook gates them).
     """
     kind = str(obj.get("kind"))
     suspending = _get(obj, _SUSPEND[kind]) is True and _get(old, _SUSPEND[kind]) is not True

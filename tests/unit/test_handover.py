@@ -2,9 +2,10 @@
 
 Kueue's job reconciler (v0.19.2 jobframework/reconciler.go `ReconcileGenericJob`)
 takes a Ray object without a queue label only with manageJobsWithoutQueueName and
-its managedJobsNamespaceSelector matching the namespace; it makes one Workload and,
-until that Workload is admitted, suspends the object (`stopJob`). The first stage
-sees that suspend and hands the cluster over; every later stage leaves it Kueue's.
+its managedJobsNamespaceSelector matching the namespace; finding no Workload for a
+running object it suspends it (`ensureOneWorkload`, "No matching Workload"), then
+makes one Workload for it. The first stage sees that suspend and hands the cluster
+over; every later stage leaves it Kueue's.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def test_a_suspend_before_the_namespace_is_known_is_retried() -> None:
 
 
 def test_an_update_that_does_not_suspend_changes_nothing_of_the_regime() -> None:
-    """Kueue leaves a Ready RayCluster alone (it waits, IsActive): raykueue keeps counting it."""
+    """Until Kueue suspends it, the cluster is raykueue's: an ordinary update keeps it so."""
     old = running()
     touched = copy.deepcopy(old)
     touched["metadata"]["annotations"]["note"] = "x"
