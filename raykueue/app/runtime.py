@@ -27,6 +27,7 @@ from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.policywatch import PolicyWatch
 from raykueue.coexist.watcher import KueueWatch
+from raykueue.controller.handover import HandOverEvents
 from raykueue.controller.unaccounted import UnaccountedPods
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
@@ -337,6 +338,9 @@ def _once_connected(cluster: Cluster, leadership: ControllerHost | None, setting
         return
     _start_thread(threads, "leadership", leadership.run, stop)
     if settings.controller and cluster.rayclusters is not None:
+        handovers = HandOverEvents(EventRecorder(cluster.rest, COMPONENT), leadership.is_leader)
+        cluster.rayclusters.add_handler(handovers)
+        handovers.prime(cluster.rayclusters.list())
         threads.append(UnaccountedPods(
             cluster.rest, cluster.rayclusters.list, EventRecorder(cluster.rest, COMPONENT),
             leadership.is_leader).start(stop, settings.unaccounted_interval_seconds))

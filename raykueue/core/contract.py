@@ -61,6 +61,12 @@ OPTED_IN_VALUE: Final = "true"
 # its queue: Kueue acts on the queue-name label of a Ray object (suspends it and
 # admits it whole), so raykueue moves that label here before Kueue's webhook runs.
 QUEUE_ANNOTATION: Final = "raykueue.io/queue-name"
+# Set by the first stage when Kueue took an opted-in Ray object (suspended it in a
+# namespace where Kueue manages Ray jobs without a queue name): its value says why.
+# From then on the object is Kueue's: unstamped, Kueue's queue label, no raykueue
+# webhook changes it back (docs/KUEUE.md, "Hand-over to Kueue").
+HANDED_TO_KUEUE_ANNOTATION: Final = "raykueue.io/handed-to-kueue"
+HANDED_TO_KUEUE_REASON: Final = "HandedToKueue"
 # Set on the way in when the user asked for spec.suspend, so that the webhook
 # after Kueue's can tell the user's suspend from Kueue's; removed on the way out.
 SUSPEND_REQUESTED_ANNOTATION: Final = "raykueue.io/suspend-requested"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, annotations, display_name, labels, spec
+from raykueue.core.objects import Obj, annotations, controller_ref, display_name, labels, ref_group, spec
 from raykueue.core.pods import has_ray_owner, kueue_claims, role_of
 
 # DNS-1123 subdomain, as Kubernetes validates object names (LocalQueue and
@@ -111,7 +111,7 @@ def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
     if isinstance(opt_in, Deny | Skip):
         return opt_in
 
-    kueue_job = _kueue_job(ctx)
+    kueue_job = _kueue_job(ctx, stamped=labels(pod).get(c.OPTED_IN_LABEL) == c.OPTED_IN_VALUE)
     if kueue_job is not None:
         # Kueue admits the whole cluster through this owner; gating its pods as
         # well would count their quota twice.
@@ -133,53 +133,146 @@ def classify(pod: Obj, ctx: Context, policy: Policy) -> Decision:
         return queue
     queue_name, queue_source = queue
 
-    explicit = labels(pod).get(c.PRIORITY_CLASS_LABEL)
-    if explicit == c.KUEUE_DEFAULT_PRIORITY_CLASS:
-        # What Kueue's WorkloadPriorityClass defaulting writes; the head/worker
-        # classes are the point of raykueue, so they win over it.
-        explicit = None
-    if explicit:
-        priority_class, priority_source = explicit, "pod label"
-    elif role == c.ROLE_HEAD:
-        priority_class, priority_source = policy.head_priority_class, "head default"
-    else:
-        priority_class, priority_source = policy.worker_priority_class, "worker default"
-    if not is_dns1123_subdomain(priority_class):
-        return Deny(
-            f"{c.PRIORITY_CLASS_LABEL}={priority_class!r} is not a valid WorkloadPriorityClass "
-            "name: use a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
-        )
-    if role == c.ROLE_WORKER and priority_class in policy.head_only_priority_classes:
-        return Deny(
-            f"Ray worker pod {display_name(pod)} names {c.PRIORITY_CLASS_LABEL}={priority_class}, "
-            "which only Ray heads may use (a worker with it could preempt other clusters' heads): "
-            "remove the label from the worker group's pod template (workers get "
-            f"{policy.worker_priority_class}) or name a worker class"
-        )
+    real_head = is_real_head(pod, role)
+    priority = choose_priority(_own_class(pod), _owner_class(ctx), role, real_head, policy,
+                               display_name(pod))
+    if isinstance(priority, Deny):
+        return priority
 
     gang = gang_minimum(ctx)
     if isinstance(gang, Deny):
         return gang
 
-    pod_priority, warnings = _pod_priority(pod, ctx, policy, role)
+    # The scheduler's PriorityClass follows the same rule: a head's only for a real head.
+    pod_priority, warnings = _pod_priority(pod, ctx, policy, c.ROLE_HEAD if real_head else c.ROLE_WORKER)
     return Manage(
         role=role,
         queue=queue_name,
         queue_source=queue_source,
-        priority_class=priority_class,
-        priority_source=priority_source,
+        priority_class=priority.name,
+        priority_source=priority.source,
         pod_priority=pod_priority,
-        warnings=warnings,
+        warnings=priority.warnings + warnings,
         taken_from_kueue=taken,
         gang=gang,
     )
 
 
-def _kueue_job(ctx: Context) -> str | None:
-    """The Ray owner Kueue manages as one job, as Kueue's own ancestor check sees it."""
+@dataclass(frozen=True, slots=True)
+class Priority:
+    """The WorkloadPriorityClass a pod's Workload names, where it came from, what to say."""
+
+    name: str
+    source: str
+    warnings: tuple[str, ...] = ()
+
+
+def is_real_head(pod: Obj, role: str) -> bool:
+    """A head as KubeRay makes it: controlled by a RayCluster (ray.io). Its head-only
+    class is preemption power over other clusters' heads, so a pod that only calls
+    itself a head (the `ray.io/node-type` label is the user's to write) has none."""
+    ref = controller_ref(pod)
+    return (role == c.ROLE_HEAD and ref is not None and ref_group(ref) == c.RAY_API_GROUP
+            and ref.get("kind") == c.RAYCLUSTER_KIND)
+
+
+def _named(value: str | None) -> str | None:
+    # `default` on a Ray pod or object is what Kueue's WorkloadPriorityClass
+    # defaulting writes; the head/worker classes are the point of raykueue, so
+    # they win over it.
+    return value if value and value != c.KUEUE_DEFAULT_PRIORITY_CLASS else None
+
+
+def _own_class(pod: Obj) -> str | None:
+    return _named(labels(pod).get(c.PRIORITY_CLASS_LABEL))
+
+
+def _owner_class(ctx: Context) -> tuple[str, str] | None:
+    """(class, where) from the Ray owners' `kueue.x-k8s.io/priority-class` label.
+
+    Kueue reads a job's priority from that label on the object it makes the Workload
+    for, the top-level one (a RayJob or RayService before the RayCluster it made;
+    jobframework `WorkloadPriorityClassName`), and only from the label. So the
+    outermost owner that carries one decides.
+    """
+    for owner in reversed(ctx.owners):
+        name = _named(labels(owner).get(c.PRIORITY_CLASS_LABEL))
+        if name:
+            return name, f"{_describe(owner)} label"
+    return None
+
+
+def choose_priority(own: str | None, owner: tuple[str, str] | None, role: str, real_head: bool,
+                    policy: Policy, pod_name: str = "") -> Priority | Deny:
+    """The pod's class: its own label, else its Ray owner's, else its role's default.
+
+    Head-only classes (`policy.head_only_priority_classes`, the head class by
+    default) go to real heads only (`is_real_head`). A class the pod names itself
+    that it may not have is refused with what to change, as for a worker group's
+    template; one that comes from its owner or from the head default falls back
+    to the worker class with a warning, since the pod itself asked for nothing.
+    """
+    may_be_head = role == c.ROLE_HEAD and real_head
+    if own is not None:
+        choice = Priority(own, "pod label")
+    elif owner is not None:
+        choice = Priority(owner[0], owner[1])
+    elif role == c.ROLE_HEAD:
+        choice = Priority(policy.head_priority_class, "head default")
+    else:
+        choice = Priority(policy.worker_priority_class, "worker default")
+    if not is_dns1123_subdomain(choice.name):
+        return Deny(
+            f"{c.PRIORITY_CLASS_LABEL}={choice.name!r} (from {choice.source}) is not a valid "
+            "WorkloadPriorityClass name: use a DNS-1123 subdomain (lowercase letters, digits, "
+            "'-' and '.')"
+        )
+    if choice.name not in policy.head_only_priority_classes or may_be_head:
+        return choice
+    if own is not None and role == c.ROLE_WORKER:
+        return Deny(
+            f"Ray worker pod {pod_name} names {c.PRIORITY_CLASS_LABEL}={choice.name}, "
+            "which only Ray heads may use (a worker with it could preempt other clusters' heads): "
+            "remove the label from the worker group's pod template (workers get "
+            f"{policy.worker_priority_class}) or name a worker class"
+        )
+    if own is not None:
+        return Deny(
+            f"pod {pod_name} is labelled a Ray head but no RayCluster owns it, and names "
+            f"{c.PRIORITY_CLASS_LABEL}={choice.name}, which only the head of a RayCluster may use "
+            "(it preempts other clusters' heads): remove the label (the pod gets "
+            f"{policy.worker_priority_class}) or name another class, or create the head "
+            "through a RayCluster"
+        )
+    why = ("no RayCluster owns it" if role == c.ROLE_HEAD
+           else "only Ray heads may use it")
+    return Priority(
+        policy.worker_priority_class, f"worker default ({choice.source} is head-only)",
+        (f"pod {pod_name} gets {c.PRIORITY_CLASS_LABEL}={policy.worker_priority_class}, not "
+         f"{choice.name} (from {choice.source}): {choice.name} is for the heads of RayClusters "
+         f"only and {why}. Create the head through a RayCluster, or name another class",))
+
+
+def _kueue_job(ctx: Context, *, stamped: bool) -> str | None:
+    """The Ray owner Kueue manages as one job, as Kueue's own ancestor check sees it.
+
+    A stamped pod was made from a template raykueue stamped, and the stamp comes
+    off when Kueue takes the cluster (the hand-over, webhooks/rayobjects.py). So for
+    it, Kueue managing unqueued jobs in the namespace is not enough: Kueue takes a
+    running cluster by suspending it, on the cluster's next event after the
+    namespace was labelled, and until then raykueue counts its pods (a pod skipped
+    here would be refused by `raykueue-gated-at-creation`).
+    One KubeRay created from a template read just before the hand-over is gated
+    too: KubeRay deletes it once it sees the suspend, and a gated pod is never
+    refused.
+    """
     for owner in ctx.owners:
         kind = owner.get("kind")
-        if kind in ctx.kueue_job_kinds and (labels(owner).get(c.QUEUE_LABEL) or ctx.kueue_manages_unqueued):
+        if kind not in ctx.kueue_job_kinds:
+            continue
+        if stamped and c.HANDED_TO_KUEUE_ANNOTATION in annotations(owner):
+            return None
+        if labels(owner).get(c.QUEUE_LABEL) or (ctx.kueue_manages_unqueued and not stamped):
             return _describe(owner)
     return None
 

@@ -120,6 +120,12 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: Facts, policy: RayOb
                        'to "true" to queue this Ray cluster in Kueue pod by pod, or "false" (or '
                        "nothing) to leave it to Kueue")
     updating = operation == "UPDATE" and old is not None
+    if handed_to_kueue(old if updating else obj):
+        # Kueue's since the hand-over (or, on CREATE, a RayCluster KubeRay made from a
+        # RayJob/RayService that was handed over: it copies the annotations): nothing
+        # of raykueue's goes back on, and its opt-in may go without a suspend, the
+        # regime having changed already.
+        return Changed(_unstamp(obj), f"handed to Kueue ({c.HANDED_TO_KUEUE_ANNOTATION})")
     was = opt_in_value(old) if updating else None
     if updating and was != value:
         refusal = _opt_in_change(obj, old or {}, was, value)
@@ -137,6 +143,12 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: Facts, policy: RayOb
         # its stamps go with it, so its pods are Kueue's again.
         return Changed(_unstamp(obj), "not opted in")
     newly = not updating or was != value
+    if not newly:
+        taken = kueue_takes(obj, old or {}, facts)
+        if isinstance(taken, Refused):
+            return taken
+        if taken is not None:
+            return Changed(_handover_patch(obj, facts, taken), f"handed to Kueue: {taken}")
     if not newly and labels(old).get(c.QUEUE_LABEL):
         # Opted in before raykueue was installed, with Kueue's queue label, so Kueue
         # admits it whole: moving the label would be refused by Kueue's validating
@@ -154,6 +166,10 @@ def last(obj: Obj, operation: str, facts: Facts) -> Answer:
     """The last stage (after Kueue's webhooks): undo Kueue's defaulting, keep everyone else's."""
     if not is_opted_in(obj):
         return Changed([], "not opted in")
+    if handed_to_kueue(obj):
+        # The first stage gave it to Kueue in this request or before: Kueue's queue
+        # label and suspend are Kueue's to keep.
+        return Changed([], "handed to Kueue; nothing to undo")
     kind = str(obj.get("kind"))
     queue = labels(obj).get(c.QUEUE_LABEL)
     ops: Patch = []
@@ -190,6 +206,60 @@ def last(obj: Obj, operation: str, facts: Facts) -> Answer:
             ops.append({"op": "remove", "path": pointer(*_MANAGED_BY)})
             done.append("Kueue's MultiKueue managedBy removed")
     return Changed(ops, "; ".join(done) or "nothing of Kueue's to undo")
+
+
+# --- the hand-over to Kueue ---------------------------------------------------------
+
+
+def handed_to_kueue(obj: Obj | None) -> bool:
+    return obj is not None and c.HANDED_TO_KUEUE_ANNOTATION in annotations(obj)
+
+
+def kueue_takes(obj: Obj, old: Obj, facts: Facts) -> str | Refused | None:
+    """Why Kueue is taking this running opted-in object in this UPDATE, if it is.
+
+    Kueue's job reconciler acts on an object without a queue label only where it
+    manages jobs without a queue name (manageJobsWithoutQueueName, and its
+    managedJobsNamespaceSelector picks the namespace; Kueue's
+    jobframework/reconciler.go `ReconcileGenericJob`). The opt-in is refused in such
+    a namespace, so this is a namespace labelled (or a Configuration changed) after
+    the opt-in. On the object's next event Kueue finds no Workload matching the
+    running object and suspends it (`ensureOneWorkload`, "No matching Workload") -
+    the UPDATE seen here; once its pods are gone it makes one Workload for it, with
+    the queue of its label. A user's suspend there ends the same way: a suspended
+    object without a Workload is one Kueue makes a Workload for. So the object is
+    handed over on that suspend: refusing it would only retry Kueue's patch, and
+    keeping the stamps would have every pod refused once Kueue resumes the cluster
+    (its ancestor is Kueue's, so neither webhook gates them).
+    """
+    kind = str(obj.get("kind"))
+    suspending = _get(obj, _SUSPEND[kind]) is True and _get(old, _SUSPEND[kind]) is not True
+    if not suspending or labels(obj).get(c.QUEUE_LABEL):
+        return None
+    if facts.kueue_manages_unqueued is None:
+        return Refused(f"{kind} {display_name(obj)} is being suspended, and raykueue does not know the "
+                       f"labels of namespace {facts.namespace} yet: Kueue may be taking it (its "
+                       "managedJobsNamespaceSelector selects namespaces by their labels); retry in a "
+                       "moment")
+    if facts.kueue_manages_unqueued:
+        return (f"suspended in namespace {facts.namespace}, where Kueue manages every {kind} "
+                "(manageJobsWithoutQueueName, and its managedJobsNamespaceSelector selects it)")
+    return None
+
+
+def _handover_patch(obj: Obj, facts: Facts, why: str) -> Patch:
+    """Kueue's from now on: templates unstamped, raykueue's queue as Kueue's label, a note."""
+    meta = metadata(obj)
+    queue = annotations(obj).get(c.QUEUE_ANNOTATION) or (
+        c.DEFAULT_LOCAL_QUEUE if facts.default_queue_exists else None)
+    ops = _unstamp(obj)
+    # The annotations map holds the opt-in, so it is there to add to.
+    ops += drop_entries(("metadata", "annotations"), meta.get("annotations"), [c.QUEUE_ANNOTATION])
+    ops += put_entries(("metadata", "annotations"), meta.get("annotations"),
+                       {c.HANDED_TO_KUEUE_ANNOTATION: why})
+    if queue:
+        ops += put_entries(("metadata", "labels"), meta.get("labels"), {c.QUEUE_LABEL: queue})
+    return ops
 
 
 # --- the first stage's rules ------------------------------------------------------

@@ -76,7 +76,8 @@ def test_opted_in_pod_is_stored_gated_with_queue_and_priority(ns: str, kubectl) 
     assert gates(pod) == [c.GATE]
     labels = pod["metadata"]["labels"]
     assert labels[c.QUEUE_LABEL] == "team-a"
-    assert labels[c.PRIORITY_CLASS_LABEL] == "ray-head"
+    # No RayCluster owns it: head priority is for real heads only (tests/api/test_priority_api.py).
+    assert labels[c.PRIORITY_CLASS_LABEL] == "ray-worker"
     assert labels[c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
     assert pod["metadata"]["name"].startswith("rc-head-")
 
@@ -201,18 +202,19 @@ def test_pod_priority_option_is_accepted_by_the_api_server(ns: str, kubectl, ser
             "metadata": {"name": name}, "value": value}), check=True)
 
     def stored() -> dict[str, Any] | None:
+        # A bare opted-in pod: the worker's class, head or not (no RayCluster owns it).
         result = create(kubectl, opted_in_pod(ns, "head"))
         if result.returncode != 0:
             raise AssertionError(result.stderr)
         pod = json.loads(result.stdout)
         # Until the PriorityClass cache has the class, the pod is gated without it.
-        return pod if pod["spec"].get("priorityClassName") == "rk-test-head" else None
+        return pod if pod["spec"].get("priorityClassName") == "rk-test-worker" else None
 
     try:
-        pod = wait_for(stored, timeout=20, message="pod with PriorityClass rk-test-head")
+        pod = wait_for(stored, timeout=20, message="pod with PriorityClass rk-test-worker")
     finally:
         server.restart(before)
-    assert pod["spec"]["priority"] == 2000
+    assert pod["spec"]["priority"] == 200
     assert gates(pod) == [c.GATE]
 
 

@@ -68,7 +68,8 @@ def test_base_is_accepted(kubectl, new_namespace) -> None:
     assert [m["name"] for m in hook["matchConditions"]] == ["stamped-or-bare-opt-in"]
     policy = next(o for o in applied if o["kind"] == "ValidatingAdmissionPolicy"
                   and o["metadata"]["name"].startswith(c.STAMP_POLICY + "-"))
-    assert [v["name"] for v in policy["spec"]["variables"]] == ["optedIn", "stamps", "wasStamped"]
+    assert [v["name"] for v in policy["spec"]["variables"]] == [
+        "optedIn", "stamps", "wasStamped", "handedOver"]
     deployment = next(o for o in applied if o["kind"] == "Deployment")
     (ctr,) = deployment["spec"]["template"]["spec"]["containers"]
     assert ctr["lifecycle"]["preStop"]["sleep"]["seconds"] > 0

@@ -140,14 +140,21 @@ def test_pods_of_a_ray_owner_kueue_manages_whole_are_left_alone_with_a_warning()
     assert any(c.FIRST_MUTATING_WEBHOOK_CONFIG in w for w in outcome.verdict.warnings)
 
 
-def test_kueue_managing_unqueued_jobs_claims_the_owner_without_a_label() -> None:
+def test_a_stamped_pod_stays_raykueues_until_kueue_takes_its_cluster() -> None:
+    """A namespace Kueue manages unqueued jobs in, labelled after the opt-in: Kueue leaves
+    the running cluster alone until it suspends it (the hand-over unstamps it then), so
+    until then its stamped pods are gated, never skipped into the policy's refusal."""
     cluster = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "labels": {}}}
     ctx = Context(owners=(cluster,), cluster_known=True, default_queue_exists=True,
                   kueue_job_kinds=frozenset({"RayCluster"}), kueue_manages_unqueued=True)
-    assert run(opted_in(rv.worker_review()), ctx).decision == "skipped"
-    ctx_off = Context(owners=(cluster,), cluster_known=True, default_queue_exists=True,
-                      kueue_job_kinds=frozenset({"RayJob"}), kueue_manages_unqueued=True)
-    assert run(opted_in(rv.worker_review()), ctx_off).decision == "gated"
+    assert run(opted_in(rv.worker_review()), ctx).decision == "gated"
+    # A pod KubeRay made from the template it read just before the hand-over: gated
+    # (KubeRay deletes it on the suspend), not left to the policy to refuse.
+    handed = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "annotations": {
+        **RAYCLUSTER["metadata"]["annotations"], c.HANDED_TO_KUEUE_ANNOTATION: "suspended"}}}
+    ctx_handed = Context(owners=(handed,), cluster_known=True,
+                         kueue_job_kinds=frozenset({"RayCluster"}), kueue_manages_unqueued=True)
+    assert run(opted_in(rv.worker_review()), ctx_handed).decision == "gated"
 
 
 def test_the_queue_annotation_raykueue_moved_from_the_template_names_the_queue() -> None:

@@ -1,0 +1,86 @@
+"""The Event that tells a user raykueue handed their RayCluster to Kueue.
+
+The hand-over itself is the first webhook's (webhooks/rayobjects.py `kueue_takes`):
+pure and side-effect free, it marks the object with
+`raykueue.io/handed-to-kueue`. The note for humans is written here, from the
+RayCluster watch, once the API server has stored that mark: an Event about a
+hand-over that another webhook then refused would be false.
+
+Only the leader records, once per RayCluster it saw change to handed over. Events
+are notes, best effort (kube/events.py), never a gate on anything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from raykueue.core import contract as c
+from raykueue.core.objects import Obj, annotations, display_name, labels, metadata
+from raykueue.kube.cache import ADDED, DELETED, MODIFIED
+from raykueue.kube.events import WARNING, EventRecorder
+
+
+def handover_message(cluster: Obj) -> str | None:
+    """What happened and what to change, for a RayCluster raykueue handed to Kueue; None otherwise."""
+    why = annotations(cluster).get(c.HANDED_TO_KUEUE_ANNOTATION)
+    if why is None:
+        return None
+    queue = labels(cluster).get(c.QUEUE_LABEL)
+    namespace = metadata(cluster).get("namespace") or "its namespace"
+    queued = (f"its queue is now Kueue's label {c.QUEUE_LABEL}={queue}" if queue else
+              f"it names no queue, so Kueue cannot admit it: set the label {c.QUEUE_LABEL}")
+    return (
+        f"Kueue took RayCluster {display_name(cluster)} ({why}) and admits it whole as one "
+        f"Workload. raykueue handed it over: the raykueue.io/opted-in stamp is off its pod "
+        f"templates, so its pods are Kueue's and never wait for raykueue; {queued}. raykueue "
+        f"deleted no pod. To keep it this way, remove {c.STANDALONE_ANNOTATION} from its "
+        f"manifest (allowed without a suspend now). To run it under raykueue again, take "
+        f"{namespace} out of Kueue's managedJobsNamespaceSelector (remove the namespace "
+        f"label) or turn manageJobsWithoutQueueName off, then recreate the RayCluster")
+
+
+class HandOverEvents:
+    """A RayCluster-cache handler: one `HandedToKueue` Event per hand-over seen happen.
+
+    It reports a RayCluster it saw without the mark and then with it, so one that
+    was handed over before this replica watched it (a restart) is not reported
+    again. `prime` takes the clusters the cache already holds when the handler
+    is registered after the cache started. The Event is written off the watch
+    thread: the webhook reads the same cache, and an Event must never delay it.
+    """
+
+    def __init__(self, events: EventRecorder, is_leader: Callable[[], bool]) -> None:
+        self._events = events
+        self._is_leader = is_leader
+        self._unmarked: set[str] = set()
+        self._lock = threading.Lock()
+
+    def prime(self, clusters: Iterable[Obj]) -> None:
+        for cluster in clusters:
+            self(ADDED, cluster)
+
+    def __call__(self, event: str, cluster: Obj) -> None:
+        uid = metadata(cluster).get("uid")
+        if not isinstance(uid, str):
+            return
+        message = handover_message(cluster) if event != DELETED else None
+        with self._lock:
+            if message is None:
+                if event == DELETED:
+                    self._unmarked.discard(uid)
+                else:
+                    self._unmarked.add(uid)
+                return
+            if uid not in self._unmarked:
+                return
+            self._unmarked.discard(uid)
+        if event == MODIFIED and self._is_leader():
+            threading.Thread(target=self._events.record, name="handover-event", daemon=True,
+                             args=(_regarding(cluster), WARNING, c.HANDED_TO_KUEUE_REASON, message),
+                             kwargs={"action": "HandOver"}).start()
+
+
+def _regarding(cluster: Obj) -> Obj:
+    # The owner caches keep metadata and kind only (app/lookup.py keep_metadata).
+    return {"apiVersion": f"{c.RAY_API_GROUP}/v1", **cluster, "kind": c.RAYCLUSTER_KIND}
