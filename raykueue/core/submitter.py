@@ -13,6 +13,13 @@ and it shares the head's priority. The description travels as an annotation
 (`raykueue.io/submitter`): RayJob (written by its webhook) -> RayCluster (KubeRay
 copies a RayJob's annotations) -> head template (the RayCluster's webhook) ->
 head pod -> Workload. Pure functions; no I/O.
+
+What this does not cover yet: the slot is held until the head's Workload goes
+(not handed back through `status.reclaimablePods` when the submitter Job ends:
+the controller watches no Jobs); and when the head is evicted, the submitter pod
+KubeRay already started keeps running, on nobody's quota, until its `ray job`
+command fails against the gone head (at most KubeRay's backoffLimit + 1 pods,
+2 + 1 by default); the next admitted head reserves the slot again.
 """
 
 from __future__ import annotations

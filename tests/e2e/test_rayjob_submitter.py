@@ -80,8 +80,9 @@ DOCUMENTED: dict[str, Any] = {
 }
 CODE_SAMPLE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ray-job-code-sample"},
                "data": {"sample_code.py": "import ray\nray.init()\n"}}
-# Head 1 CPU / 2Gi + worker 200m + KubeRay's default submitter 500m / 200Mi: exactly the quota.
-CPU_M, MEMORY = 1700, "2248Mi"
+# Head 1 CPU / 2Gi + worker 200m / 256Mi (KubeRay's wait-gcs-ready init container asks
+# 200m / 256Mi) + KubeRay's default submitter 500m / 200Mi: exactly the quota.
+CPU_M, MEMORY = 1700, "2504Mi"
 
 
 def documented_rayjob() -> dict[str, Any]:
