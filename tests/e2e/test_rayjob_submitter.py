@@ -30,11 +30,13 @@ from raykueue.kube.rest import Rest
 from testkit.pods import running
 from tests.e2e.quota_invariants import QuotaInvariants
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+    CQS,
     WORKLOADS,
     admin,
     controller,
     cq_usage,
     describe,
+    gated,
     millicores,
     queue,
     role,
@@ -223,3 +225,50 @@ def test_a_rayjob_as_rays_documentation_writes_it_runs_its_submitter_on_reserved
     sub.assert_held()
     figures = {k: round(v - t_admitted, 2) for k, v in sorted(sub.seen.items())}
     print(f"\nK8sJobMode: cluster settled {t_admitted - t0:.1f}s after create; after it (s): {figures}")
+
+
+def test_a_head_without_room_for_its_submitter_waits_then_starts_whole(admin, controller, queue):  # noqa: F811
+    """The reservation is real: quota for the head and worker but not the submitter keeps
+    the head gated (so no submitter can run on nobody's quota); when the quota grows, the
+    head is admitted with the slot and the submitter runs at once."""
+    ns = queue(cpu=f"{CPU_M - 500}m", memory=MEMORY)  # the submitter's 500m short
+    admin.create(CONFIG_MAPS.path(ns), CODE_SAMPLE)
+    name = DOCUMENTED["metadata"]["name"]
+    cq_path = CQS.path(None, f"e2e-{ns}")
+    with (QuotaInvariants(admin, [ns], quota_namespaces=[ns], cluster_queues=[f"e2e-{ns}"]) as inv,
+          SubmitterWatch(admin, ns, name) as sub):
+        admin.create(RAYJOBS.path(ns), documented_rayjob())
+        cluster = _owned_cluster(admin, ns, "RayJob", name)
+        sub.cluster = cluster
+
+        def head_pending() -> dict[str, Any] | None:
+            wl = _head_workload(admin.get(WORKLOADS.path(ns))["items"], cluster)
+            cond = w.condition(wl, w.QUOTA_RESERVED) if wl is not None else None
+            # Kueue tried and found no room: QuotaReserved False with its Pending reason.
+            return wl if cond is not None and cond.get("status") == "False" else None
+
+        wl = inv.wait(head_pending, timeout=60, message=describe(admin, ns, cluster))
+        assert [x["name"] for x in wl["spec"]["podSets"]] == [w.POD_SET, c.SUBMITTER_POD_SET]
+        assert "insufficient" in w.condition(wl, w.QUOTA_RESERVED).get("message", "").lower()
+        heads = [p for p in admin.get(r.PODS.path(ns))["items"] if role(p) == "head"]
+        assert heads and all(gated(p) for p in heads)
+        assert not any(_owned_by(j, "RayJob", name) for j in admin.get(JOBS.path(ns))["items"])
+
+        cq = admin.get(cq_path)
+        groups = cq["spec"]["resourceGroups"]
+        for res in groups[0]["flavors"][0]["resources"]:
+            if res["name"] == "cpu":
+                res["nominalQuota"] = f"{CPU_M}m"
+        admin.merge_patch(cq_path, {"spec": {"resourceGroups": groups}})
+        inv.wait(settled(admin, ns, cluster, 1, 0), timeout=120, message=describe(admin, ns, cluster))
+        inv.wait(lambda: "submitter pod succeeded" in sub.seen, timeout=120,
+                 message=lambda: f"the submitter pod ran and succeeded; seen {sorted(sub.seen)}; RayJob "
+                                 f"status {admin.get(RAYJOBS.path(ns, name)).get('status')}")
+        inv.wait(lambda: _cq(admin, ns) == (CPU_M, MEMORY), timeout=60,
+                 message=lambda: f"ClusterQueue usage {_cq(admin, ns)}")
+        inv.sweep()
+        admin.delete(RAYJOBS.path(ns, name))
+        inv.wait(lambda: _cq(admin, ns)[0] == 0, timeout=120,
+                 message=lambda: f"the quota released, ClusterQueue cpu {_cq(admin, ns)[0]}m")
+        inv.raise_if_broken()
+    sub.assert_held()
