@@ -210,9 +210,10 @@ def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) 
 # will admit it. What such a Workload cannot fake and still be harmful is what
 # Kueue charged: the gate is lifted only through a Workload whose name is the
 # one we would give it, whose owner is the pod by uid, and whose queue,
-# priority class and single podSet's resources are exactly what `build_workload`
-# makes of the pod. A forgery that passes is our Workload in all but authorship:
-# admitting it charges the pod's real requests to the pod's real queue.
+# priority class and podSets' resources (the pod's; a head's submitter slot too)
+# are exactly what `build_workload` makes of the pod. A forgery that passes is our
+# Workload in all but authorship: admitting it charges the pod's real requests
+# (and its submitter's) to the pod's real queue.
 
 class SlimWorkload(dict[str, Any]):
     """A Workload as the cache keeps it: without its pod templates (most of its
