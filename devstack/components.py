@@ -144,8 +144,11 @@ def _kube_component_args(stack: Stack, name: str, port: int) -> list[str]:
 def _controller_manager_args(stack: Stack, ports: Ports) -> list[str]:
     return [
         *_kube_component_args(stack, "kube-controller-manager", ports["secure"]),
+        # job-controller: KubeRay submits a RayJob in K8sJobMode (its default) from a
+        # batch Job's pod; without it that Job never gets a pod (kwok's pod-complete
+        # stage then takes a Job's running pod to Succeeded).
         "--controllers=garbage-collector-controller,namespace-controller,"
-        "serviceaccount-controller,root-ca-certificate-publisher-controller",
+        "serviceaccount-controller,root-ca-certificate-publisher-controller,job-controller",
         f"--root-ca-file={stack.ca_file}",
         f"--service-account-private-key-file={stack.pki_dir / 'sa.key'}",
         "--use-service-account-credentials=false",

@@ -16,7 +16,8 @@ from typing import Any, Final
 
 from raykueue.controller import pods as p
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, labels, metadata, spec
+from raykueue.core import submitter
+from raykueue.core.objects import Obj, annotations, labels, metadata, spec
 
 V1BETA2: Final = "v1beta2"
 V1BETA1: Final = "v1beta1"
@@ -149,6 +150,20 @@ def owner_reference(pod: Obj) -> dict[str, Any]:
     }
 
 
+def submitter_spec(pod: Obj) -> dict[str, Any] | None:
+    """The submitter pod whose quota this pod's Workload reserves, or None.
+
+    Only a head carries one: the head of a RayJob in K8sJobMode, whose RayCluster
+    webhook copied the RayJob's `raykueue.io/submitter` onto the head template
+    (core/submitter.py). Reserving it with the head means the submitter, which
+    KubeRay creates only once the cluster is Ready, never waits for quota the
+    cluster's admission already had, and never runs on quota nobody holds.
+    """
+    if labels(pod).get(c.NODE_TYPE_LABEL) != c.ROLE_HEAD:
+        return None
+    return submitter.decode(annotations(pod).get(c.SUBMITTER_ANNOTATION))
+
+
 def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) -> dict[str, Any]:
     if version not in VERSIONS:
         raise ValueError(f"unsupported Workload version {version!r}")
@@ -156,6 +171,11 @@ def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) 
     workload_spec: dict[str, Any] = {
         "podSets": [{"name": POD_SET, "count": 1, "template": pod_set_template(pod)}],
     }
+    reserved = submitter_spec(pod)
+    if reserved is not None:
+        # A podSet of its own (as Kueue's RayJob integration gives it): Kueue
+        # admits the Workload's podSets together, at the Workload's priority.
+        workload_spec["podSets"].append(submitter.pod_set(reserved))
     queue = labels(pod).get(c.QUEUE_LABEL)
     if queue:
         workload_spec["queueName"] = queue
@@ -190,9 +210,10 @@ def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) 
 # will admit it. What such a Workload cannot fake and still be harmful is what
 # Kueue charged: the gate is lifted only through a Workload whose name is the
 # one we would give it, whose owner is the pod by uid, and whose queue,
-# priority class and single podSet's resources are exactly what `build_workload`
-# makes of the pod. A forgery that passes is our Workload in all but authorship:
-# admitting it charges the pod's real requests to the pod's real queue.
+# priority class and podSets' resources (the pod's; a head's submitter slot too)
+# are exactly what `build_workload` makes of the pod. A forgery that passes is our
+# Workload in all but authorship: admitting it charges the pod's real requests
+# (and its submitter's) to the pod's real queue.
 
 class SlimWorkload(dict[str, Any]):
     """A Workload as the cache keeps it: without its pod templates (most of its
@@ -242,6 +263,15 @@ def pod_sizing(pod: Obj) -> str:
     return p.sizing_fingerprint(pod_set_template(pod)["spec"])
 
 
+def expected_pod_sets_fingerprint(pod: Obj) -> str:
+    """`pod_sets_fingerprint` of the Workload `build_workload` makes of `pod` (cached pods too)."""
+    reserved = submitter_spec(pod)
+    if reserved is None:
+        return pod_sizing(pod)
+    sizings = {POD_SET: pod_sizing(pod), c.SUBMITTER_POD_SET: p.sizing_fingerprint(reserved)}
+    return SETS_PREFIX + json.dumps(sizings, sort_keys=True, separators=(",", ":"))
+
+
 def mismatch(wl: Obj, pod: Obj) -> str | None:
     """Why `wl` is not the Workload raykueue would have made for `pod`, or None."""
     meta = metadata(wl)
@@ -259,7 +289,7 @@ def mismatch(wl: Obj, pod: Obj) -> str | None:
     if priority_class_name(wl) != wanted_class:
         return (f"its priority class {priority_class_name(wl)!r} is not the pod's "
                 f"{wanted_class!r}")
-    if pod_sets_fingerprint(wl) != pod_sizing(pod):
+    if pod_sets_fingerprint(wl) != expected_pod_sets_fingerprint(pod):
         return "its podSets do not request what the pod requests"
     return None
 

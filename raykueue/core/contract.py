@@ -86,6 +86,17 @@ KUBERAY_MANAGED_BY: Final = "ray.io/kuberay-operator"
 MULTIKUEUE_MANAGED_BY: Final = "kueue.x-k8s.io/multikueue"
 # A RayJob's submissionMode whose submitter runs in a pod of its own (a batch Job's).
 K8S_JOB_MODE: Final = "K8sJobMode"
+# The submitter pod a RayJob in K8sJobMode will run, as JSON of the part of a pod
+# spec Kueue sizes and places by. The RayJob webhook writes it on an opted-in
+# RayJob; KubeRay copies it onto the RayCluster it makes, whose webhook copies it
+# onto the head's template, so the head pod's Workload reserves the submitter's
+# quota in a second podSet (SUBMITTER_POD_SET) admitted with the head.
+SUBMITTER_ANNOTATION: Final = "raykueue.io/submitter"
+SUBMITTER_POD_SET: Final = "submitter"
+# KubeRay's default submitter container requests (common.GetDefaultSubmitterContainer).
+DEFAULT_SUBMITTER_REQUESTS: Final = {"cpu": "500m", "memory": "200Mi"}
+DEFAULT_SUBMITTER_LIMITS: Final = {"cpu": "1", "memory": "1Gi"}
+DEFAULT_SUBMITTER_CONTAINER: Final = "ray-job-submitter"
 
 DEFAULT_HEAD_PRIORITY_CLASS: Final = "ray-head"
 DEFAULT_WORKER_PRIORITY_CLASS: Final = "ray-worker"

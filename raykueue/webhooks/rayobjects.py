@@ -31,11 +31,12 @@ changes nothing more.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from raykueue.core import contract as c
+from raykueue.core import submitter
 from raykueue.core.jsonpointer import pointer
 from raykueue.core.objects import Obj, annotations, display_name, labels, metadata
 from raykueue.webhooks.autoscaler_env import INJECTED_ANNOTATION, allocate_timeout_patch
@@ -155,8 +156,9 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: Facts, policy: RayOb
         # webhook on a running object, and stamping it would count its pods twice.
         # Suspend it and set the opt-in again to hand it to raykueue.
         return Changed([], f"Kueue admits it whole ({c.QUEUE_LABEL} since before raykueue)")
-    refusal = (_cannot_opt_in(obj, facts) if newly else None) or _head_priority_on_a_worker(
-        obj, old if updating else None, policy)
+    refusal = ((_cannot_opt_in(obj, facts) if newly else None)
+               or _submitter_rule(obj, old if updating else None)
+               or _head_priority_on_a_worker(obj, old if updating else None, policy))
     if refusal is not None:
         return refusal
     return Changed(_first_patch(obj, operation, policy), "opted in")
@@ -300,14 +302,53 @@ def _cannot_opt_in(obj: Obj, facts: Facts) -> Refused | None:
         return Refused(f"{what} sets spec.managedBy: {managed_by}: MultiKueue would run it in "
                        "another cluster as one Workload, not pod by pod here. Remove spec.managedBy, "
                        f"or remove {c.STANDALONE_ANNOTATION} to leave it to Kueue")
-    if kind == c.RAYJOB_KIND and (_get(obj, ("spec", "submissionMode")) or c.K8S_JOB_MODE) == c.K8S_JOB_MODE:
-        # The submitter would run in a batch Job's pod of its own, outside every
-        # Workload raykueue makes. SidecarMode runs it in the head pod, whose
-        # Workload counts it; HTTPMode and InteractiveMode run no pod.
-        return Refused(f"{what} submits its job in K8sJobMode (KubeRay's default): the submitter "
-                       "pod would run outside Kueue's quota. Set spec.submissionMode: SidecarMode "
-                       "(the submitter runs in the head pod, counted in its Workload) or HTTPMode")
     return None
+
+
+def _submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
+    """A RayJob's submitter pod runs only on quota its head's Workload reserved (core/submitter.py).
+
+    K8sJobMode is accounted: the head reserves the submitter's podSet. What cannot
+    be accounted is refused, with every way out: a submitter for a cluster this
+    RayJob did not make (clusterSelector), and a change of what the submitter
+    costs while the cluster that reserved the old cost may be running.
+    """
+    if obj.get("kind") != c.RAYJOB_KIND:
+        return None
+    what = f"RayJob {display_name(obj)}"
+    now = submitter.pod_spec(obj)
+    if now is not None and submitter.uses_cluster_selector(obj):
+        return Refused(
+            f"{what} submits its job in K8sJobMode (KubeRay's default when spec.submissionMode is "
+            "unset) to an existing cluster (spec.clusterSelector): that cluster's head reserved no "
+            "quota for a submitter pod, which would run outside Kueue's quota. Set "
+            "spec.submissionMode: HTTPMode (KubeRay posts the job to the cluster's dashboard; no "
+            "pod. SidecarMode is not allowed with clusterSelector), or replace spec.clusterSelector "
+            "with a spec.rayClusterSpec of its own, whose head reserves the submitter's quota")
+    if now is not None and annotations(obj).get(c.GANG_ANNOTATION) == "true":
+        # A gang's base Workload is built per worker group (gang_base.py) and has no
+        # submitter podSet yet: the submitter would run on quota nobody holds.
+        return Refused(
+            f"{what} asks for gang start ({c.GANG_ANNOTATION}: \"true\") and submits its job in "
+            "K8sJobMode (KubeRay's default when spec.submissionMode is unset), whose submitter pod "
+            "a gang's Workload does not reserve. Set spec.submissionMode: HTTPMode (no pod), or "
+            "SidecarMode (the submitter runs in the head pod, counted with it; KubeRay then "
+            "refuses spec.submitterPodTemplate and spec.submitterConfig and needs the head "
+            "template's restartPolicy Never or unset), or remove the gang annotation to admit the "
+            "cluster pod by pod, whose head reserves the submitter's quota")
+    if old is None or submitter.encode(now) == submitter.encode(submitter.pod_spec(old)):
+        return None
+    if _get(old, _SUSPEND[c.RAYJOB_KIND]) is True and _get(obj, _SUSPEND[c.RAYJOB_KIND]) is True:
+        return None  # no cluster: the next one is made from the new spec
+    return Refused(
+        f"what the submitter of {what} costs may not change while it runs (spec.submissionMode "
+        f"{submitter.mode(old)} -> {submitter.mode(obj)}, or spec.submitterPodTemplate): its head's "
+        "Workload reserved the submitter's quota when it was admitted (K8sJobMode: the submitter "
+        "pod's requests, KubeRay's default 500m CPU / 200Mi; HTTPMode, InteractiveMode, "
+        "SidecarMode: none), so the running cluster would start a submitter nobody reserved "
+        "quota for. Suspend it first (spec.suspend: true, which KubeRay allows only with "
+        "spec.shutdownAfterJobFinishes: true; its cluster and submitter are deleted), make the "
+        "change in another update, then resume it (spec.suspend: false)")
 
 
 def _head_priority_on_a_worker(obj: Obj, old: Obj | None, policy: RayObjectPolicy) -> Refused | None:
@@ -342,6 +383,10 @@ def _first_patch(obj: Obj, operation: str, policy: RayObjectPolicy) -> Patch:
             meta = _dict(template.get("metadata"))
             ops += _move_queue((*where, "metadata"), meta)
             ops += _stamp((*where, "metadata"), template)
+            if where[-2:] == ("headGroupSpec", "template"):
+                ops += _head_submitter((*where, "metadata"), template, annotations(obj))
+    if kind == c.RAYJOB_KIND:
+        ops += _rayjob_submitter(obj)
     if operation == "CREATE":
         suspended = _get(obj, _SUSPEND[kind]) is True
         meta_annotations = metadata(obj).get("annotations")
@@ -354,6 +399,29 @@ def _first_patch(obj: Obj, operation: str, policy: RayObjectPolicy) -> Patch:
             ops += drop_entries(("metadata", "annotations"), meta_annotations,
                                 [c.SUSPEND_REQUESTED_ANNOTATION])
     return ops
+
+
+def _rayjob_submitter(obj: Obj) -> Patch:
+    """The RayJob's submitter as its spec says (core/submitter.py), written on every
+    update that reaches here: a value a user wrote by hand is replaced."""
+    meta_annotations = metadata(obj).get("annotations")
+    value = submitter.encode(submitter.pod_spec(obj))
+    if value is None:
+        return drop_entries(("metadata", "annotations"), meta_annotations, [c.SUBMITTER_ANNOTATION])
+    return put_entries(("metadata", "annotations"), meta_annotations, {c.SUBMITTER_ANNOTATION: value})
+
+
+def _head_submitter(meta_path: tuple[str, ...], template: Obj,
+                    cluster_annotations: Mapping[str, str]) -> Patch:
+    """The RayCluster's submitter (KubeRay copied the RayJob's annotations onto it)
+    onto its head template, so the head pod's Workload reserves it; a head template
+    never keeps one its cluster lacks. Runs after `_stamp`, which made the
+    template's metadata if it had none."""
+    value = cluster_annotations.get(c.SUBMITTER_ANNOTATION)
+    current = _dict(template.get("metadata")).get("annotations")
+    if value is None:
+        return drop_entries((*meta_path, "annotations"), current, [c.SUBMITTER_ANNOTATION])
+    return put_entries((*meta_path, "annotations"), current, {c.SUBMITTER_ANNOTATION: value})
 
 
 def _stamp(meta_path: tuple[str, ...], template: Obj) -> Patch:

@@ -107,10 +107,40 @@ def test_the_opt_in_of_a_live_cluster_is_refused_unless_it_is_suspended(ns: str,
 
 
 def test_a_rayjob_whose_submitter_would_run_unaccounted_is_refused(ns: str, kubectl) -> None:
+    """K8sJobMode is accounted with the head; on a cluster it did not make, it cannot be."""
     job = ray_object("RayJob", "job", annotations=OPTED_IN)
     del job["spec"]["submissionMode"]
+    del job["spec"]["rayClusterSpec"]
+    job["spec"]["suspend"] = False
+    job["spec"]["clusterSelector"] = {"ray.io/cluster": "shared"}
     message = denied(kubectl, job, ns)
-    assert "K8sJobMode" in message and "SidecarMode" in message
+    assert "K8sJobMode" in message and "HTTPMode" in message and "spec.rayClusterSpec" in message
+
+
+def test_a_change_of_submission_mode_is_followed(ns: str, kubectl, api_stack) -> None:
+    """The RayJob webhook's conditions let a submissionMode patch through (issue 29: it
+    did not): refused while the job may run, accounted while it is suspended."""
+    api = api_stack.api
+    job = ray_object("RayJob", "job", annotations=OPTED_IN, suspend=True)
+    job["spec"]["submissionMode"] = "HTTPMode"
+    created = api.call("POST", path(ns, "RayJob"), job)
+    assert c.SUBMITTER_ANNOTATION not in created["metadata"]["annotations"]
+    # Suspended: no cluster reserved anything, the next one is made from the new spec.
+    to_k8s = {"spec": {"submissionMode": "K8sJobMode"}}
+    changed = api.call("PATCH", path(ns, "RayJob", "job"), to_k8s, **MERGE)
+    assert json.loads(changed["metadata"]["annotations"][c.SUBMITTER_ANNOTATION])["containers"][0][
+        "resources"]["requests"] == {"cpu": "500m", "memory": "200Mi"}
+    # A hand-made value is put back as the spec says.
+    forged = {"metadata": {"annotations": {c.SUBMITTER_ANNOTATION: '{"containers":[{"name":"x"}]}'}}}
+    kept = api.call("PATCH", path(ns, "RayJob", "job"), forged, **MERGE)
+    assert kept["metadata"]["annotations"][c.SUBMITTER_ANNOTATION] == changed["metadata"]["annotations"][
+        c.SUBMITTER_ANNOTATION]
+    api.call("PATCH", path(ns, "RayJob", "job"), {"spec": {"suspend": False}}, **MERGE)
+    result = kubectl("patch", "rayjob", "job", "-n", ns, "--type=merge", "-p",
+                     json.dumps({"spec": {"submissionMode": "HTTPMode"}}))
+    assert result.returncode != 0, result.stdout
+    for needed in ("K8sJobMode -> HTTPMode", "spec.suspend: true", "shutdownAfterJobFinishes"):
+        assert needed in result.stderr, result.stderr
 
 
 def test_a_worker_may_not_claim_the_heads_priority(ns: str, kubectl) -> None:

@@ -143,7 +143,7 @@ def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue)
             "metadata": {"name": "job", "labels": {c.QUEUE_LABEL: "team-a"},
                          "annotations": {c.STANDALONE_ANNOTATION: "true"}},
             # SidecarMode: the submitter runs in the head pod, counted in its Workload
-            # (raykueue refuses K8sJobMode, whose submitter pod no Workload would count).
+            # (K8sJobMode: tests/e2e/test_rayjob_submitter.py).
             "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": _cluster_spec(2),
                      "submissionMode": "SidecarMode", "shutdownAfterJobFinishes": True}})
         job = admin.get(RAYJOBS.path(ns, "job"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from typing import Any
 
 import jsonpatch
@@ -49,7 +50,7 @@ def ray_object(kind: str, *, annotations: dict[str, str] | None = None,
     obj: dict[str, Any] = {"apiVersion": "ray.io/v1", "kind": kind,
                            "metadata": {"name": "rc", "namespace": "team-a"}, "spec": {}}
     if kind == "RayJob":
-        # SidecarMode: the submitter runs in the head pod (K8sJobMode is refused).
+        # SidecarMode: the submitter runs in the head pod (K8sJobMode: test_submitter.py).
         obj["spec"]["submissionMode"] = "SidecarMode"
     if annotations is not None:
         obj["metadata"]["annotations"] = dict(annotations)
@@ -354,14 +355,20 @@ def test_a_template_opt_in_an_update_did_not_bring_is_left_alone() -> None:
 
 
 @pytest.mark.parametrize("mode", [None, "K8sJobMode"])
-def test_a_rayjob_whose_submitter_runs_in_a_pod_of_its_own_is_refused(mode: str | None) -> None:
+def test_a_rayjob_whose_submitter_runs_in_a_pod_of_its_own_is_accounted(mode: str | None) -> None:
+    """K8sJobMode (KubeRay's default) is accepted; the submitter's sizing rides on the RayJob."""
     obj = ray_object("RayJob", annotations=OPTED_IN)
     if mode is None:
         del obj["spec"]["submissionMode"]  # KubeRay's CRD default: K8sJobMode
     else:
         obj["spec"]["submissionMode"] = mode
-    message = refusal(obj)
-    assert "SidecarMode" in message and "HTTPMode" in message
+    out = through(obj, Stage.FIRST)
+    assert json.loads(out["metadata"]["annotations"][c.SUBMITTER_ANNOTATION]) == {"containers": [{
+        "name": "ray-job-submitter",
+        "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}}}]}
+    # Idempotent: a second pass (a re-apply, a reinvocation) changes nothing.
+    assert not outcome(out, Stage.FIRST, "UPDATE", out).verdict.patch
 
 
 @pytest.mark.parametrize("mode", ["SidecarMode", "HTTPMode", "InteractiveMode"])
