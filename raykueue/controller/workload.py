@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from raykueue.controller import pods as p
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, labels, metadata, spec
+from raykueue.core.objects import Obj, annotations, labels, metadata, spec
 
 V1BETA2: Final = "v1beta2"
 V1BETA1: Final = "v1beta1"
@@ -149,6 +149,19 @@ def owner_reference(pod: Obj) -> dict[str, Any]:
     }
 
 
+def pod_queue(pod: Obj) -> str | None:
+    """The pod's LocalQueue: the label the webhook writes at creation, else the
+    annotation raykueue writes on a running pod it adopts (controller/adopt.py),
+    where Kueue's pod webhook refuses the label."""
+    return labels(pod).get(c.QUEUE_LABEL) or annotations(pod).get(c.QUEUE_ANNOTATION) or None
+
+
+def pod_priority_class(pod: Obj) -> str | None:
+    """The pod's WorkloadPriorityClass, label first, as `pod_queue` reads the queue."""
+    return (labels(pod).get(c.PRIORITY_CLASS_LABEL)
+            or annotations(pod).get(c.PRIORITY_CLASS_ANNOTATION) or None)
+
+
 def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) -> dict[str, Any]:
     if version not in VERSIONS:
         raise ValueError(f"unsupported Workload version {version!r}")
@@ -156,7 +169,7 @@ def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) 
     workload_spec: dict[str, Any] = {
         "podSets": [{"name": POD_SET, "count": 1, "template": pod_set_template(pod)}],
     }
-    queue = labels(pod).get(c.QUEUE_LABEL)
+    queue = pod_queue(pod)
     if queue:
         workload_spec["queueName"] = queue
     if priority is not None:
@@ -252,10 +265,9 @@ def mismatch(wl: Obj, pod: Obj) -> str | None:
     pod_meta = metadata(pod)
     if owner is None or owner != (str(pod_meta.get("name") or ""), str(pod_meta.get("uid") or "")):
         return "its owner reference is not this pod"
-    pod_labels = labels(pod)
-    if queue_name(wl) != (pod_labels.get(c.QUEUE_LABEL) or None):
-        return f"its queue {queue_name(wl)!r} is not the pod's {pod_labels.get(c.QUEUE_LABEL)!r}"
-    wanted_class = pod_labels.get(c.PRIORITY_CLASS_LABEL) or None
+    if queue_name(wl) != pod_queue(pod):
+        return f"its queue {queue_name(wl)!r} is not the pod's {pod_queue(pod)!r}"
+    wanted_class = pod_priority_class(pod)
     if priority_class_name(wl) != wanted_class:
         return (f"its priority class {priority_class_name(wl)!r} is not the pod's "
                 f"{wanted_class!r}")

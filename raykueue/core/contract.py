@@ -61,6 +61,10 @@ OPTED_IN_VALUE: Final = "true"
 # its queue: Kueue acts on the queue-name label of a Ray object (suspends it and
 # admits it whole), so raykueue moves that label here before Kueue's webhook runs.
 QUEUE_ANNOTATION: Final = "raykueue.io/queue-name"
+# On a running pod raykueue adopted (controller/adopt.py): the WorkloadPriorityClass
+# its Workload takes. Kueue's pod webhook refuses a priority-class (or queue-name)
+# label added to a running pod, so adopted pods carry both as raykueue's annotations.
+PRIORITY_CLASS_ANNOTATION: Final = "raykueue.io/priority-class"
 # Set on the way in when the user asked for spec.suspend, so that the webhook
 # after Kueue's can tell the user's suspend from Kueue's; removed on the way out.
 SUSPEND_REQUESTED_ANNOTATION: Final = "raykueue.io/suspend-requested"
