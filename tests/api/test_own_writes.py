@@ -171,29 +171,50 @@ def test_raykueues_account_is_refused_what_it_does_not_manage(
     admin.delete(pod_path)
 
 
-def test_a_kuberay_pod_without_raykueues_marks_may_be_deleted_never_changed(
+def test_a_kuberay_pod_without_raykueues_marks_may_be_adopted_and_nothing_else(
         admin, ns, as_controller) -> None:  # noqa: F811
-    """A pod of a cluster opted in before the stamp existed, let through ungated while
-    raykueue was down, carries none of raykueue's marks: the controller sends it back
-    to the queue by deleting it (controller/unaccounted.py), and may do nothing else to it."""
+    """A running pod of a cluster opted in before raykueue ran (or during break-glass)
+    carries none of raykueue's marks: the leader adopts it (controller/adopt.py) by adding
+    its label and queue and priority-class annotations, and may change nothing else."""
     cluster = admin.create(f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{ns}/rayclusters", {
         "apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
-        "metadata": {"name": "legacy", "namespace": ns,
+        "metadata": {"name": "before", "namespace": ns,
                      "annotations": {c.STANDALONE_ANNOTATION: "true"}},
         "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
             "containers": [{"name": "ray-head", "image": "rayproject/ray"}]}}}}})
     create_pod(admin, {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "legacy-worker", "namespace": ns,
-        "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "legacy"},
+        "name": "before-worker", "namespace": ns,
+        "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "before"},
+        "annotations": {"theirs": "kept"},
         "ownerReferences": [{"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
-                             "name": "legacy", "uid": cluster["metadata"]["uid"],
+                             "name": "before", "uid": cluster["metadata"]["uid"],
                              "controller": True}]},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
-    path = PODS.path(ns, "legacy-worker")
-    relabel = lambda: as_controller.merge_patch(  # noqa: E731
-        path, {"metadata": {"labels": {"x": "y"}}}, DRY_RUN)
+    path = PODS.path(ns, "before-worker")
+
+    def patch(labels: dict[str, Any], notes: dict[str, Any] | None = None) -> Callable[[], None]:
+        meta: dict[str, Any] = {"labels": labels}
+        if notes is not None:
+            meta["annotations"] = notes
+        return lambda: as_controller.merge_patch(path, {"metadata": meta}, DRY_RUN)
+
+    adopt = patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE},
+                  {c.QUEUE_ANNOTATION: "team-a", c.PRIORITY_CLASS_ANNOTATION: "ray-worker"})
+    relabel = patch({"x": "y"})
     with enforced(admin, relabel):
         assert "is neither" in (refusal(relabel) or "")
+        assert refusal(adopt) is None
+        # Anything more than adopting is refused: another label, another value, a dropped
+        # annotation, the spec.
+        for more in (patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE, "x": "y"}),
+                     patch({c.MANAGED_BY_LABEL: "someone"}),
+                     patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE, c.CLUSTER_LABEL: None}),
+                     patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}, {"theirs": None}),
+                     patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}, {"other.io/x": "y"}),
+                     lambda: as_controller.merge_patch(path, {
+                         "metadata": {"labels": {c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}},
+                         "spec": {"activeDeadlineSeconds": 1}}, DRY_RUN)):
+            assert "is neither" in (refusal(more) or ""), more
         assert refusal(lambda: as_controller.delete(path, query=DRY_RUN)) is None
 
 
