@@ -182,7 +182,7 @@ def test_with_raykueue_down_only_opted_in_ray_pods_wait(installed: devstack.Stac
              "uid": str(uuid.uuid4()), "controller": True}
 
     # Created normally: nothing of Ray, another team's KubeRay pod (its RayCluster
-    # as owner; the legacy webhook fails open), a role raykueue never manages, and
+    # as owner, no stamp), a role raykueue never manages, and
     # anything in kube-system.
     create(api, pod("plain", ns))
     create(api, pod("ray-not-opted-in", ns, labels=worker, owner=owner))
