@@ -57,6 +57,7 @@ NOT_ADOPTED: Final = "NotAdopted"
 STAMPED: Final = "Stamped"
 NOT_STAMPED: Final = "NotStamped"
 RECREATE: Final = "Recreate"
+_SAID_LIMIT: Final = 10_000
 
 
 # --- the pure core ------------------------------------------------------------------
@@ -204,7 +205,13 @@ class Adopter:
         if scope is None:
             return []
         adopted: list[Obj] = []
-        for cluster in self._clusters():
+        clusters = self._clusters()
+        # What is remembered is of clusters that still exist: it cannot grow for good.
+        uids = {str(metadata(x).get("uid")) for x in clusters}
+        self._stamped = {k for k in self._stamped if k[0] in uids}
+        if len(self._said) > _SAID_LIMIT:
+            self._said.clear()  # at worst an Event said once more
+        for cluster in clusters:
             ns = str(metadata(cluster).get("namespace") or "")
             if not accounted(cluster):
                 continue
