@@ -96,15 +96,6 @@ def _parser() -> argparse.ArgumentParser:
                           help="seconds to wait for its pods and Workloads to go")
     handback.add_argument("--kubeconfig")
 
-    stamp = sub.add_parser(
-        "stamp", help="after an upgrade: have raykueue stamp the pod templates of RayClusters "
-        "opted in before the stamp existed; a dry run unless --yes",
-        description="Lists opted-in RayClusters whose pod templates lack raykueue.io/opted-in; "
-        "with --yes, makes an empty update of each, which raykueue's first webhook stamps. Once "
-        "none is left, the legacy pod webhook can be left out of the install. Exit codes: 0 none "
-        "left (or a dry run), 1 one could not be stamped (run it again).")
-    stamp.add_argument("--yes", action="store_true", help="act (default: list them)")
-    stamp.add_argument("--kubeconfig")
     return parser
 
 
@@ -151,8 +142,6 @@ def _run(args: argparse.Namespace) -> int:
         return certs(args)
     if args.command in ("uninstall", "handback"):
         return uninstall(args)
-    if args.command == "stamp":
-        return stamp(args)
     return explain(args.pod, args.namespace, args.kubeconfig)
 
 
@@ -256,19 +245,6 @@ def uninstall(args: argparse.Namespace) -> int:
         kind = {"raycluster": "RayCluster", "rayjob": "RayJob"}[args.kind]
         return tool.hand_back_one(kind, args.namespace, args.name, act=args.yes)
     return tool.run(handback=args.handback, act=args.yes)
-
-
-def stamp(args: argparse.Namespace) -> int:
-    """`raykueue stamp`: clusters opted in before the stamp, stamped (uninstall/stamp.py)."""
-    from raykueue.kube.client import load_api_client
-    from raykueue.kube.rest import Rest
-    from raykueue.uninstall import stamp as legacy
-
-    api = load_api_client(args.kubeconfig)
-    if api is None:
-        print("raykueue stamp: no cluster reachable (set --kubeconfig or KUBECONFIG)", file=sys.stderr)
-        return legacy.FAILED
-    return legacy.run(Rest(api), act=args.yes)
 
 
 def certs(args: argparse.Namespace) -> int:

@@ -27,8 +27,8 @@ from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.policywatch import PolicyWatch
 from raykueue.coexist.watcher import KueueWatch
+from raykueue.controller.adopt import Adopter
 from raykueue.controller.handover import HandOverEvents
-from raykueue.controller.unaccounted import UnaccountedPods
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.backoff import Backoff
@@ -332,8 +332,8 @@ def _start_thread(threads: list[threading.Thread], name: str, target: Callable[.
 def _once_connected(cluster: Cluster, leadership: ControllerHost | None, settings: Settings,
                     stop: threading.Event, threads: list[threading.Thread]) -> None:
     """What needs the cluster's caches: the campaign for the Lease, and (with the
-    controller) the sweep for pods of opted-in clusters that the legacy webhook let
-    through ungated."""
+    controller) the adoption of opted-in clusters found running without raykueue
+    (controller/adopt.py), a pass each interval and soon after a RayCluster event."""
     if leadership is None:
         return
     _start_thread(threads, "leadership", leadership.run, stop)
@@ -341,9 +341,12 @@ def _once_connected(cluster: Cluster, leadership: ControllerHost | None, setting
         handovers = HandOverEvents(EventRecorder(cluster.rest, COMPONENT), leadership.is_leader)
         cluster.rayclusters.add_handler(handovers)
         handovers.prime(cluster.rayclusters.list())
-        threads.append(UnaccountedPods(
-            cluster.rest, cluster.rayclusters.list, EventRecorder(cluster.rest, COMPONENT),
-            leadership.is_leader).start(stop, settings.unaccounted_interval_seconds))
+        view = cluster.view
+        adopter = Adopter(cluster.rest, cluster.rayclusters.list, view.context_for,
+                          view.namespace_labels, policy_from(settings),
+                          EventRecorder(cluster.rest, COMPONENT), leadership.is_leader)
+        cluster.rayclusters.add_handler(adopter.wake)
+        threads.append(adopter.start(stop, settings.adopt_interval_seconds))
 
 
 def _never() -> bool:

@@ -123,9 +123,10 @@ class Settings(BaseSettings):
     # every stuck_interval_seconds.
     stuck_grace_seconds: float = 120.0
     stuck_interval_seconds: float = 15.0
-    # The leader lists the pods raykueue does not manage of each opted-in RayCluster
-    # this often and evicts those running outside quota (controller/unaccounted.py).
-    unaccounted_interval_seconds: float = Field(default=60.0, gt=0)
+    # The leader looks this often (and on each RayCluster event) for opted-in
+    # RayClusters with unstamped templates or running pods raykueue does not
+    # manage, and adopts them (controller/adopt.py); it never deletes a pod.
+    adopt_interval_seconds: float = Field(default=30.0, gt=0)
     leader_election: bool = True
     # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
     # manifests set it from the downward API), else "default", so that

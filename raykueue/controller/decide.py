@@ -21,7 +21,6 @@ from raykueue.controller.actions import (
     CONFLICT_FORGED_WORKLOAD,
     CONFLICT_KUEUE_POD,
     CONFLICT_KUEUE_WORKLOAD,
-    EVICTED_WORKLOAD_DELETED,
     FINISHED_DUPLICATE,
     FINISHED_EVICTED,
     FINISHED_FAILED,
@@ -161,7 +160,7 @@ def needs_live_pod(workloads: Iterable[Obj], departed: Obj | None) -> bool:
 
 def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
     if not p.is_gated(pod):
-        return _running_without_workload(pod)
+        return _running_without_workload(pod, ctx)
     if labels(pod).get(c.GANG_LABEL):
         # Its cluster's pass decides: a slot in the base, or a Workload of its own.
         return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
@@ -186,22 +185,63 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
     return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
 
 
-def _running_without_workload(pod: Obj) -> list[Action]:
-    """A pod of ours past the gate with no Workload: it was admitted, and its Workload
-    has since been deleted (by someone allowed to delete Workloads). Kueue counts it no
-    more while it runs; a new Workload would not change that, as a running pod cannot
-    be gated again. Deleted, KubeRay recreates it behind the gate and it queues again
-    (issue 21: no way around quota)."""
+def _running_without_workload(pod: Obj, ctx: Context) -> list[Action]:
+    """A pod of ours past every gate with no Workload: adopted while it ran (created
+    before raykueue was installed, or while its webhooks were away:
+    controller/adopt.py), or admitted and its Workload since deleted. Either way
+    it gets a Workload of its own, never a delete: if Kueue admits it the pod
+    keeps running untouched (and is counted again); whether a pod Kueue does not
+    admit must go is the removal rule's to prove, not a guess made here.
+
+    Head first: a worker waits until its cluster's head is admitted. The
+    Workload is built from the pod as the API server has it (the cache drops a
+    running pod's spec; `needs_live_pod_spec` has the Reader read it live).
+    """
     role = role_of(pod)
     if labels(pod).get(c.GANG_LABEL) or role not in c.MANAGED_ROLES:
         # A gang's pods count in their cluster's base (its pass decides); a pod
-        # that is not a Ray head or worker was never gated by raykueue.
+        # that is not a Ray head or worker was never raykueue's.
         return []
-    return [EvictPod(
-        w.workload_name(pod), EVICTED_WORKLOAD_DELETED,
-        f"Workload {w.workload_name(pod)} of running pod {p.name(pod)} was deleted, so Kueue "
-        "no longer counted the pod against its queue's quota; the pod is deleted so that "
-        "KubeRay recreates it and it queues again", role == c.ROLE_HEAD)]
+    if isinstance(pod, p.SlimPod) and pod.spec_json is None:
+        # A sweep over the cache (the stuck report, explain): the loop's pass
+        # reads the pod live and makes the Workload.
+        return [Wait("its Workload is made from a live read of the running pod")]
+    if role == c.ROLE_WORKER and ctx.head_first and not ctx.head_admitted:
+        return [Wait(f"running worker: head of Ray cluster {p.cluster(pod) or '?'} not admitted "
+                     "yet", WAIT_FOR_HEAD)]
+    queue = w.pod_queue(pod)
+    if not queue:
+        return [Warn(WARN_NO_QUEUE,
+                     f"running pod {p.name(pod)} has no queue ({c.QUEUE_LABEL} label or "
+                     f"{c.QUEUE_ANNOTATION} annotation), so no Workload can count it"),
+                Wait("no queue")]
+    priority: w.Priority | None = None
+    class_name = w.pod_priority_class(pod)
+    if class_name:
+        value = ctx.priority_values.get(class_name)
+        if value is None:
+            return [Warn(WARN_PRIORITY_CLASS,
+                         f"WorkloadPriorityClass {class_name!r} of running pod {p.name(pod)} "
+                         "does not exist; create it and the pod's Workload is made"),
+                    Wait(f"WorkloadPriorityClass {class_name} missing")]
+        priority = w.Priority(class_name, value)
+    return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
+
+
+def needs_live_pod_spec(pod: Obj | None, workloads: Sequence[Obj]) -> bool:
+    """Whether `decide` may build a Workload for a running pod whose spec the cache
+    dropped: ours, past the gate, alive, with no Workload. The Reader then reads
+    the pod live, which is also the evidence the Workload is made on."""
+    if pod is None or p.is_gated(pod) or p.is_deleting(pod) or p.is_terminal(pod):
+        return False
+    if isinstance(pod, p.SlimPod) and pod.spec_json is not None:
+        return False
+    if labels(pod).get(c.GANG_LABEL) or role_of(pod) not in c.MANAGED_ROLES:
+        return False
+    if kueue_claims(pod) is not None:
+        return False
+    found = claims(pod, workloads)
+    return found.current is None and not found.foreign
 
 
 def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:

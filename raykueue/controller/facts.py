@@ -17,9 +17,10 @@ from typing import Protocol
 from raykueue.controller import admission as adm
 from raykueue.controller import decide as d
 from raykueue.controller import pods as p
+from raykueue.controller import workload as w
 from raykueue.controller.current import current_workload
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, labels
+from raykueue.core.objects import Obj
 from raykueue.core.pods import role_of
 
 
@@ -62,14 +63,15 @@ def gather(source: Source, pod: Obj, base: d.Context,
         if found is not None:
             flavors[name] = found
     values: dict[str, int] = {}
-    class_name = labels(pod).get(c.PRIORITY_CLASS_LABEL)
+    class_name = w.pod_priority_class(pod)
     if class_name:
         value = source.priority_value(class_name)
         if value is not None:
             values[class_name] = value
-    # Only a gated worker under head-first waits for its head.
+    # Only a gated worker, or a running one still without a Workload (adopted),
+    # waits for its head under head-first.
     head_ok = False
-    if base.head_first and role_of(pod) == c.ROLE_WORKER and p.is_gated(pod):
+    if base.head_first and role_of(pod) == c.ROLE_WORKER and (p.is_gated(pod) or current is None):
         cluster = (p.key(pod)[0], p.cluster(pod))
         if heads_seen is None:
             head_ok = head_admitted(source, pod)

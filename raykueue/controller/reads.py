@@ -67,8 +67,21 @@ class Reader:
                                               live_pod_uid=live_uid))
 
     def facts(self, pod: Obj) -> Facts:
-        """The facts about a pod in the cache, for the loop's pass."""
-        return gather(self, pod, self._settings)
+        """The facts about a pod in the cache, for the loop's pass.
+
+        A running pod of ours with no Workload (adopted) gets one built from the
+        pod as the API server has it now: the cache keeps no running pod's spec.
+        """
+        facts = gather(self, pod, self._settings)
+        if not d.needs_live_pod_spec(facts.pod, facts.workloads):
+            return facts
+        try:
+            live = self.rest.get(r.PODS.path(*p.key(pod)))
+        except ApiError as exc:
+            raise Retry(f"reading the running pod to make its Workload: {exc}") from exc
+        if p.uid(live) != p.uid(pod):
+            raise Retry("the pod in the cache is not the one the API server has; waiting for the watch")
+        return gather(self, live, self._settings)
 
     def sweep(self) -> Callable[[Obj], Facts]:
         """The facts about many pods at one moment (the stuck-gate report):

@@ -164,6 +164,19 @@ def submitter_spec(pod: Obj) -> dict[str, Any] | None:
     return submitter.decode(annotations(pod).get(c.SUBMITTER_ANNOTATION))
 
 
+def pod_queue(pod: Obj) -> str | None:
+    """The pod's LocalQueue: the label the webhook writes at creation, else the
+    annotation raykueue writes on a running pod it adopts (controller/adopt.py),
+    where Kueue's pod webhook refuses the label."""
+    return labels(pod).get(c.QUEUE_LABEL) or annotations(pod).get(c.QUEUE_ANNOTATION) or None
+
+
+def pod_priority_class(pod: Obj) -> str | None:
+    """The pod's WorkloadPriorityClass, label first, as `pod_queue` reads the queue."""
+    return (labels(pod).get(c.PRIORITY_CLASS_LABEL)
+            or annotations(pod).get(c.PRIORITY_CLASS_ANNOTATION) or None)
+
+
 def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) -> dict[str, Any]:
     if version not in VERSIONS:
         raise ValueError(f"unsupported Workload version {version!r}")
@@ -176,7 +189,7 @@ def build_workload(pod: Obj, priority: Priority | None, version: str = V1BETA2) 
         # A podSet of its own (as Kueue's RayJob integration gives it): Kueue
         # admits the Workload's podSets together, at the Workload's priority.
         workload_spec["podSets"].append(submitter.pod_set(reserved))
-    queue = labels(pod).get(c.QUEUE_LABEL)
+    queue = pod_queue(pod)
     if queue:
         workload_spec["queueName"] = queue
     if priority is not None:
@@ -282,10 +295,9 @@ def mismatch(wl: Obj, pod: Obj) -> str | None:
     pod_meta = metadata(pod)
     if owner is None or owner != (str(pod_meta.get("name") or ""), str(pod_meta.get("uid") or "")):
         return "its owner reference is not this pod"
-    pod_labels = labels(pod)
-    if queue_name(wl) != (pod_labels.get(c.QUEUE_LABEL) or None):
-        return f"its queue {queue_name(wl)!r} is not the pod's {pod_labels.get(c.QUEUE_LABEL)!r}"
-    wanted_class = pod_labels.get(c.PRIORITY_CLASS_LABEL) or None
+    if queue_name(wl) != pod_queue(pod):
+        return f"its queue {queue_name(wl)!r} is not the pod's {pod_queue(pod)!r}"
+    wanted_class = pod_priority_class(pod)
     if priority_class_name(wl) != wanted_class:
         return (f"its priority class {priority_class_name(wl)!r} is not the pod's "
                 f"{wanted_class!r}")

@@ -67,6 +67,10 @@ QUEUE_ANNOTATION: Final = "raykueue.io/queue-name"
 # webhook changes it back (docs/KUEUE.md, "Hand-over to Kueue").
 HANDED_TO_KUEUE_ANNOTATION: Final = "raykueue.io/handed-to-kueue"
 HANDED_TO_KUEUE_REASON: Final = "HandedToKueue"
+# On a running pod raykueue adopted (controller/adopt.py): the WorkloadPriorityClass
+# its Workload takes. Kueue's pod webhook refuses a priority-class (or queue-name)
+# label added to a running pod, so adopted pods carry both as raykueue's annotations.
+PRIORITY_CLASS_ANNOTATION: Final = "raykueue.io/priority-class"
 # Set on the way in when the user asked for spec.suspend, so that the webhook
 # after Kueue's can tell the user's suspend from Kueue's; removed on the way out.
 SUSPEND_REQUESTED_ANNOTATION: Final = "raykueue.io/suspend-requested"

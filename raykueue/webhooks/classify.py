@@ -283,10 +283,10 @@ def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
     The first stage stamps every pod template of an opted-in RayCluster, so a
     KubeRay pod of an opted-in cluster carries the stamp from its creation; a
     pod's own `standalone` annotation counts only on a pod with no Ray owner.
-    An unstamped pod with a Ray owner reaches raykueue only through the legacy
-    webhook (failurePolicy Ignore): its cluster was opted in before clusters
-    were stamped, or not at all. Its RayCluster, as the cache holds it, decides;
-    a cache that cannot tell leaves it alone, never denies it.
+    An unstamped pod with a Ray owner is not raykueue's at creation (the pod
+    webhook is not even called for it): a cluster opted in before raykueue ran
+    (or while its webhooks were away) is stamped and its running pods adopted by
+    the leader (controller/adopt.py), which classifies them as if stamped.
     """
     if labels(pod).get(c.OPTED_IN_LABEL) == c.OPTED_IN_VALUE:
         if ctx.unresolved_owner:
@@ -297,28 +297,19 @@ def _opt_in(pod: Obj, ctx: Context) -> Deny | Skip | None:
                 "queue cannot be read; the creation is retried by KubeRay. If this persists, "
                 "check that raykueue can watch RayClusters")
         return None
-    if not has_ray_owner(pod):
-        value = annotations(pod).get(c.STANDALONE_ANNOTATION)
-        if value == "true":
-            return None
-        if value is None:
-            return Skip("not opted in")
-        if value == "false":
-            return Skip("opted out on the pod")
-        return Deny(
-            f'annotation {c.STANDALONE_ANNOTATION}="{value}" on the pod is not valid: set it to '
-            f'"true" to queue this pod in Kueue through raykueue, or "false" to opt out'
-        )
-    if ctx.unresolved_owner:
-        return Skip(f"not stamped, and {ctx.unresolved_owner} is not in raykueue's cache: left alone")
-    for owner in ctx.owners:
-        value = annotations(owner).get(c.STANDALONE_ANNOTATION)
-        if value is None:
-            continue
-        if value == "true":
-            return None
-        return Skip(f"not opted in ({_describe(owner)} has {c.STANDALONE_ANNOTATION}={value!r})")
-    return Skip("not opted in")
+    if has_ray_owner(pod):
+        return Skip("not opted in")  # no stamp: its cluster did not opt in through raykueue
+    value = annotations(pod).get(c.STANDALONE_ANNOTATION)
+    if value == "true":
+        return None
+    if value is None:
+        return Skip("not opted in")
+    if value == "false":
+        return Skip("opted out on the pod")
+    return Deny(
+        f'annotation {c.STANDALONE_ANNOTATION}="{value}" on the pod is not valid: set it to '
+        f'"true" to queue this pod in Kueue through raykueue, or "false" to opt out'
+    )
 
 
 def gang_minimum(ctx: Context) -> dict[str, int] | Deny | None:

@@ -127,7 +127,9 @@ def test_queue_and_opt_in_come_from_the_raycluster_cache(ns: str, kubectl, api_s
              "uid": cluster["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
     def stored() -> dict[str, Any] | None:
-        result = create(kubectl, ray_pod(ns, owner=owner), "--dry-run=server")
+        # Stamped, as KubeRay makes it from the template raykueue's first webhook stamped.
+        result = create(kubectl, ray_pod(ns, owner=owner, labels={c.OPTED_IN_LABEL: c.OPTED_IN_VALUE}),
+                        "--dry-run=server")
         return json.loads(result.stdout) if result.returncode == 0 else None
 
     # The RayCluster reaches raykueue's cache through a watch; until then the
@@ -237,9 +239,8 @@ def test_pods_of_rayjob_and_rayservice_clusters_resolve_through_the_owner_chain(
     """The RayJob/RayService carries opt-in and queue; its RayCluster carries neither.
 
     KubeRay copies its owner's labels and annotations to the RayCluster it
-    creates, but a RayCluster made before the owner was annotated (or edited
-    since) has only the owner to go by: its unstamped pods reach raykueue through
-    the legacy webhook, which reads the owner chain. The operator is not needed
+    creates, but a RayCluster edited since has only the owner to go by: its
+    stamped pod's queue is read along the owner chain. The operator is not needed
     for this: the objects are created as KubeRay would, with owner references.
     """
     api = api_stack.api
@@ -264,7 +265,9 @@ def test_pods_of_rayjob_and_rayservice_clusters_resolve_through_the_owner_chain(
     })
 
     def stored() -> dict[str, Any] | None:
-        result = create(kubectl, ray_pod(ns, owner=_owner(cluster)), "--dry-run=server")
+        result = create(kubectl, ray_pod(ns, owner=_owner(cluster),
+                                         labels={c.OPTED_IN_LABEL: c.OPTED_IN_VALUE}),
+                        "--dry-run=server")
         return json.loads(result.stdout) if result.returncode == 0 else None
 
     pod = wait_for(stored, timeout=20, message=f"pod of a {kind}'s RayCluster")

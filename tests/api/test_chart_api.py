@@ -24,8 +24,7 @@ from tests.api.test_manifests import dry_run
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "raykueue"
 CRDS = share_dir(default_bin_dir()) / "crds"
-OPTIONS = ("priorities.create=true", "certManager.enabled=true", "monitoring.enabled=true",
-           "legacyPodWebhook=false")
+OPTIONS = ("priorities.create=true", "certManager.enabled=true", "monitoring.enabled=true")
 
 
 @pytest.fixture(scope="module")

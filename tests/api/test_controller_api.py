@@ -263,23 +263,26 @@ def test_a_worker_queues_behind_a_head_raykueue_never_gated(admin, ns, scope, ru
     assert workload_of(admin, head) is None, "the foreign head is not ours to queue"
 
 
-def test_a_running_pods_workload_deleted_by_hand_sends_the_pod_back_to_the_queue(
+def test_a_running_pods_workload_deleted_by_hand_gets_a_new_one_never_a_delete(
         admin, ns, scope, run_controller):
-    """Issue 21: anyone allowed to delete Workloads (Kueue's batch-admin role) could
-    free a running pod's quota: raykueue left the pod running, uncounted."""
+    """Issue 21, then issue 28: anyone allowed to delete Workloads (Kueue's batch-admin
+    role) could free a running pod's quota. raykueue made the pod's Workload again
+    (from a live read of the pod), so Kueue counts it again; it never deletes the pod."""
     pod = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-d", hold=True))
     run_controller(head_first=False)
     admit(admin, pod, scope)
     wait_for(lambda: not gates(live(admin, pod)), timeout=30, message="gate lifted")
+    first = workload_of(admin, pod)
+    assert first is not None
 
     admin.delete(WORKLOADS.path(ns, w.workload_name(pod)))
-    going = wait_for(lambda: (x := live(admin, pod)) and x["metadata"].get("deletionTimestamp")
-                     and x, timeout=30, message="the pod deleted once its Workload is gone")
-    (condition,) = [x for x in going["status"]["conditions"] if x["type"] == c.EVICTED_CONDITION]
-    assert condition["reason"] == "WorkloadDeleted" and "quota" in condition["message"]
-    notes = [e.get("note", "") for e in events_for(admin, ns, "rc-worker-d") if e["reason"] == "Evicted"]
-    assert any("was deleted" in n and "queues again" in n for n in notes), notes
-    assert workload_of(admin, pod) is None, "no Workload made for a pod on its way out"
+    again = wait_for(lambda: (x := workload_of(admin, pod)) and x["metadata"]["uid"] !=
+                     first["metadata"]["uid"] and x, timeout=30,
+                     message="a new Workload for the running pod")
+    assert w.pod_uid_of(again) == pod["metadata"]["uid"] and w.mismatch(again, live(admin, pod)) is None
+    still = live(admin, pod)
+    assert still["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp"), "the pod is never deleted for it"
     release(admin, pod)
 
 

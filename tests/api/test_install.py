@@ -124,10 +124,8 @@ def test_install_is_applied_with_the_shipped_scope(installed: devstack.Stack) ->
                 "name": "raykueue-webhook", "namespace": NAMESPACE,
                 "path": spec["clientConfig"]["service"]["path"], "port": 443}
             assert "caBundle" not in hook["clientConfig"], "raykueue injects it when it runs"
-            # Only the legacy pod webhook never blocks (pods of clusters opted in
-            # before templates were stamped); every other one fails closed.
-            legacy = hook["name"] == "mutate-legacy-pods.raykueue.io"
-            assert (hook["failurePolicy"], hook["sideEffects"]) == ("Ignore" if legacy else "Fail", "None")
+            # Every one fails closed (no legacy pod webhook: unstamped pods are adopted).
+            assert (hook["failurePolicy"], hook["sideEffects"]) == ("Fail", "None")
             assert hook["timeoutSeconds"] == spec["timeoutSeconds"] <= 10
             if hook["rules"][0]["resources"] == ["pods"]:
                 assert hook["objectSelector"] == spec["objectSelector"]
@@ -184,7 +182,7 @@ def test_with_raykueue_down_only_opted_in_ray_pods_wait(installed: devstack.Stac
              "uid": str(uuid.uuid4()), "controller": True}
 
     # Created normally: nothing of Ray, another team's KubeRay pod (its RayCluster
-    # as owner; the legacy webhook fails open), a role raykueue never manages, and
+    # as owner, no stamp), a role raykueue never manages, and
     # anything in kube-system.
     create(api, pod("plain", ns))
     create(api, pod("ray-not-opted-in", ns, labels=worker, owner=owner))

@@ -205,6 +205,54 @@ def test_a_pod_of_an_opted_in_cluster_may_be_deleted_never_changed(
             PODS.path(ns, "bare-worker"), query=DRY_RUN)) or "")
 
 
+
+def test_a_kuberay_pod_without_raykueues_marks_may_be_adopted_and_nothing_else(
+        admin, ns, as_controller) -> None:  # noqa: F811
+    """A running pod of a cluster opted in before raykueue ran (or during break-glass)
+    carries none of raykueue's marks: the leader adopts it (controller/adopt.py) by adding
+    its label and queue and priority-class annotations, and may change nothing else."""
+    cluster = admin.create(f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{ns}/rayclusters", {
+        "apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
+        "metadata": {"name": "before", "namespace": ns,
+                     "annotations": {c.STANDALONE_ANNOTATION: "true"}},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+            "containers": [{"name": "ray-head", "image": "rayproject/ray"}]}}}}})
+    create_pod(admin, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "before-worker", "namespace": ns,
+        "labels": {c.NODE_TYPE_LABEL: c.ROLE_WORKER, c.CLUSTER_LABEL: "before"},
+        "annotations": {"theirs": "kept"},
+        "ownerReferences": [{"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": c.RAYCLUSTER_KIND,
+                             "name": "before", "uid": cluster["metadata"]["uid"],
+                             "controller": True}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    path = PODS.path(ns, "before-worker")
+
+    def patch(labels: dict[str, Any], notes: dict[str, Any] | None = None) -> Callable[[], None]:
+        meta: dict[str, Any] = {"labels": labels}
+        if notes is not None:
+            meta["annotations"] = notes
+        return lambda: as_controller.merge_patch(path, {"metadata": meta}, DRY_RUN)
+
+    adopt = patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE},
+                  {c.QUEUE_ANNOTATION: "team-a", c.PRIORITY_CLASS_ANNOTATION: "ray-worker"})
+    relabel = patch({"x": "y"})
+    with enforced(admin, relabel):
+        assert "is neither" in (refusal(relabel) or "")
+        assert refusal(adopt) is None
+        # Anything more than adopting is refused: another label, another value, a dropped
+        # annotation, the spec.
+        for more in (patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE, "x": "y"}),
+                     patch({c.MANAGED_BY_LABEL: "someone"}),
+                     patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE, c.CLUSTER_LABEL: None}),
+                     patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}, {"theirs": None}),
+                     patch({c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}, {"other.io/x": "y"}),
+                     lambda: as_controller.merge_patch(path, {
+                         "metadata": {"labels": {c.MANAGED_BY_LABEL: c.MANAGED_BY_VALUE}},
+                         "spec": {"activeDeadlineSeconds": 1}}, DRY_RUN)):
+            assert "is neither" in (refusal(more) or ""), more
+        # Not stamped and not managed: adopting is all raykueue may do to it, never delete it.
+        assert "is neither" in (refusal(lambda: as_controller.delete(path, query=DRY_RUN)) or "")
+
 def test_under_the_policy_the_controller_still_does_its_whole_job(
         admin, ns, scope, as_controller, run_controller) -> None:  # noqa: F811
     other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns},

@@ -96,6 +96,8 @@ def test_started_during_an_outage_it_waits_not_ready_then_connects_and_gates(
                                     "apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc",
                                     "uid": cluster["metadata"]["uid"], "controller": True}])
         head["metadata"]["labels"][c.CLUSTER_LABEL] = "rc"
+        # The stamp, as KubeRay copies it from the template raykueue's first webhook stamped.
+        head["metadata"]["labels"][c.OPTED_IN_LABEL] = c.OPTED_IN_VALUE
 
         def created() -> dict[str, Any] | None:
             # The owner cache may lag the RayCluster's create by a moment: raykueue then

@@ -3,7 +3,7 @@
 The shipped configurations (manifests/webhooks.yaml, with their selectors and CEL)
 are registered pointing at a port nobody listens on: raykueue is down. A request a
 fail-closed webhook matches is then refused with "failed calling webhook"; one no
-webhook matches (or only the legacy one, failurePolicy Ignore) goes through. So
+webhook matches goes through. So
 each test reads the scope itself off the API server's answer. The stamp's
 ValidatingAdmissionPolicy needs no raykueue at all and is judged the same way.
 
@@ -179,8 +179,7 @@ def test_with_raykueue_down_only_stamped_and_bare_opted_in_pods_wait(hooks: Regi
     queue = {c.QUEUE_LABEL: "team-a"}
     # Other teams' KubeRay pods are created as usual (raykueue's gate never on them;
     # on the e2e stack Kueue's pod webhook may take them): the owner reference alone
-    # no longer brings a pod into scope, nor a pod template's own opt-in annotation
-    # (the legacy webhook sees it, failurePolicy Ignore).
+    # no longer brings a pod into scope, nor a pod template's own opt-in annotation.
     for body in (pod(ns, rc, labels=queue), pod(ns, rc, labels=queue, role="head"),
                  pod(ns, rc, annotations=OPTED_IN), pod(ns, rc, annotations={c.STANDALONE_ANNOTATION: "bad"}),
                  pod(ns, None), pod(ns, rc, labels={c.NODE_TYPE_LABEL: "redis-cleanup", **STAMPED})):

@@ -26,7 +26,6 @@ OPTIONS = {
     "priorities.create=true": "priorities",
     "certManager.enabled=true": "cert-manager",
     "monitoring.enabled=true": "monitoring",
-    "legacyPodWebhook=false": "no-legacy-pods",
 }
 
 Objects = dict[tuple[str, str], dict[str, Any]]

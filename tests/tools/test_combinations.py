@@ -19,10 +19,9 @@ from tests.tools.test_chart import OPTIONS, assert_same, kustomize, objects, tem
 # cert-manager: cert-manager's Component points an existing ServiceMonitor at its Secret)
 COMBINATIONS = [
     ["monitoring.enabled=true", "certManager.enabled=true"],
-    ["priorities.create=true", "monitoring.enabled=true", "certManager.enabled=true",
-     "legacyPodWebhook=false"],
-    ["certManager.enabled=true", "legacyPodWebhook=false"],
-    ["monitoring.enabled=true", "legacyPodWebhook=false"],
+    ["priorities.create=true", "monitoring.enabled=true", "certManager.enabled=true"],
+    ["priorities.create=true", "certManager.enabled=true"],
+    ["priorities.create=true", "monitoring.enabled=true"],
 ]
 
 

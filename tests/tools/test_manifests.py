@@ -151,7 +151,7 @@ def test_ray_object_webhooks_sit_around_kueues(objs: dict) -> None:
     service = objs[("Service", "raykueue-webhook")]
     port = next(p for p in service["spec"]["ports"] if p["name"] == "webhook")["port"]
     firsts = objs[("MutatingWebhookConfiguration", c.FIRST_MUTATING_WEBHOOK_CONFIG)]["webhooks"]
-    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][2]
+    last = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][1]
     # Before Kueue's configuration on the way in, after it on the way out.
     kueue = "kueue-mutating-webhook-configuration"
     assert c.FIRST_MUTATING_WEBHOOK_CONFIG < kueue < c.MUTATING_WEBHOOK_CONFIG
@@ -177,17 +177,13 @@ def test_ray_object_webhooks_sit_around_kueues(objs: dict) -> None:
     assert f"'{c.OPTED_IN_LABEL}'" in rayclusters["matchConditions"][1]["expression"]
 
 
-def test_the_legacy_pod_webhook_never_blocks(objs: dict) -> None:
-    """Pods of clusters opted in before templates were stamped: gated while raykueue is
-    up, created as usual while it is down (docs/KUEUE.md, upgrade notes)."""
-    pods, legacy = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"][:2]
-    assert legacy["failurePolicy"] == "Ignore" and legacy["timeoutSeconds"] <= 2
-    paths = {hook["clientConfig"]["service"]["path"] for hook in (pods, legacy)}
-    assert paths == {c.MUTATE_PATH}
-    assert {"key": c.OPTED_IN_LABEL, "operator": "NotIn", "values": [c.OPTED_IN_VALUE]} in \
-        legacy["objectSelector"]["matchExpressions"]
-    (owned,) = legacy["matchConditions"]
-    assert f"'{c.RAY_API_GROUP}/'" in owned["expression"]
+def test_no_pod_webhook_is_called_for_an_unstamped_ray_pod(objs: dict) -> None:
+    """No legacy entry: a KubeRay pod without the stamp never reaches raykueue at
+    creation (a cluster opted in before raykueue ran is adopted by the leader)."""
+    hooks = objs[("MutatingWebhookConfiguration", c.MUTATING_WEBHOOK_CONFIG)]["webhooks"]
+    pods = [h for h in hooks if h["rules"][0]["resources"] == ["pods"]]
+    assert [h["name"] for h in pods] == ["mutate-pods.raykueue.io"]
+    assert all(h["failurePolicy"] == "Fail" for h in hooks)
 
 
 def test_the_stamp_is_protected_by_a_policy_bound_to_deny(objs: dict) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from raykueue.controller import actions as a
@@ -81,16 +83,61 @@ def test_pod_without_queue_waits_and_warns():
     assert not [x for x in actions if isinstance(x, a.CreateWorkload)]
 
 
+def adopted(role: str) -> dict:
+    """A running pod as controller/adopt.py leaves it: our label, the queue and
+    priority class as annotations (Kueue refuses those labels on a running pod)."""
+    pod = o.pod(role, gated=False, phase="Running", ready=True, queue=None)
+    cls = pod["metadata"]["labels"].pop(c.PRIORITY_CLASS_LABEL)
+    pod["metadata"].setdefault("annotations", {}).update(
+        {c.QUEUE_ANNOTATION: "team-a", c.PRIORITY_CLASS_ANNOTATION: cls})
+    return pod
+
+
 @pytest.mark.parametrize("role", [c.ROLE_WORKER, c.ROLE_HEAD])
-def test_a_running_pod_whose_workload_was_deleted_is_evicted_to_queue_again(role):
-    """Issue 21: past the gate, a pod whose Workload someone deleted ran on outside
-    quota (left alone before). A running pod cannot be gated again: it goes, and
-    KubeRay recreates it behind the gate."""
-    pod = o.pod(role, gated=False, phase="Running", ready=True)
-    (action,) = d.decide(pod, [], ctx())
-    assert isinstance(action, a.EvictPod)
-    assert action.reason == a.EVICTED_WORKLOAD_DELETED and action.head == (role == c.ROLE_HEAD)
-    assert action.workload == w.workload_name(pod) and "quota" in action.message
+def test_a_running_pod_of_ours_without_a_workload_gets_one_never_a_delete(role):
+    """Issue 28: adopted (or its Workload deleted), a running pod gets a Workload of
+    its own in its queue with its role's priority; nothing deletes it on this path."""
+    for pod in (adopted(role), o.pod(role, gated=False, phase="Running", ready=True)):
+        actions = d.decide(pod, [], ctx())
+        assert not [x for x in actions if isinstance(x, a.EvictPod)]
+        create = only(actions, a.CreateWorkload)
+        assert create.role == role
+        assert create.body["metadata"]["name"] == w.workload_name(pod)
+        assert w.queue_name(create.body) == "team-a"
+        wanted = c.DEFAULT_HEAD_PRIORITY_CLASS if role == c.ROLE_HEAD else c.DEFAULT_WORKER_PRIORITY_CLASS
+        assert w.priority_class_name(create.body) == wanted
+        assert create.body["spec"]["priority"] == PRIORITIES[wanted]
+        # What decide builds is what it later trusts: the same Workload, no mismatch.
+        assert w.mismatch(create.body, pod) is None
+
+
+def test_a_running_worker_waits_for_its_heads_admission_before_its_workload():
+    actions = d.decide(adopted(c.ROLE_WORKER), [], ctx(head_admitted=False))
+    assert only(actions, a.Wait).kind == a.WAIT_FOR_HEAD
+    assert not [x for x in actions if isinstance(x, a.CreateWorkload | a.EvictPod)]
+    # The head itself never waits.
+    assert only(d.decide(adopted(c.ROLE_HEAD), [], ctx(head_admitted=False)), a.CreateWorkload)
+
+
+def test_a_running_pod_without_a_queue_is_reported_not_deleted():
+    pod = adopted(c.ROLE_HEAD)
+    del pod["metadata"]["annotations"][c.QUEUE_ANNOTATION]
+    actions = d.decide(pod, [], ctx())
+    assert only(actions, a.Warn).reason == a.WARN_NO_QUEUE
+    assert not [x for x in actions if isinstance(x, a.CreateWorkload | a.EvictPod)]
+
+
+def test_the_reader_reads_live_only_a_running_pod_of_ours_without_a_workload():
+    from raykueue.controller.caches import slim_pod
+
+    pod = adopted(c.ROLE_HEAD)
+    running = slim_pod(copy.deepcopy(pod))
+    assert d.needs_live_pod_spec(running, [])
+    assert only(d.decide(running, [], ctx()), a.Wait)  # a sweep over the cache never raises
+    wl = only(d.decide(pod, [], ctx()), a.CreateWorkload).body
+    assert not d.needs_live_pod_spec(running, [wl])
+    assert not d.needs_live_pod_spec(slim_pod(o.pod()), [])  # gated: its spec is kept
+    assert not d.needs_live_pod_spec(None, [])
 
 
 @pytest.mark.parametrize("pod", [

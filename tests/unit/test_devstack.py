@@ -28,10 +28,9 @@ def test_webhook_configurations_follow_the_contract():
     bound = {b["spec"]["policyName"] for b in configs if b["kind"] == "ValidatingAdmissionPolicyBinding"}
     assert contract.STAMP_POLICY in policies and policies == bound
     assert len(configs) == 3 + 2 * len(policies)
-    (m, legacy, last), (v,) = mutating["webhooks"], validating["webhooks"]
+    (m, last), (v,) = mutating["webhooks"], validating["webhooks"]
     assert m["clientConfig"] == {"url": "https://127.0.0.1:9443" + contract.MUTATE_PATH,
                                  "caBundle": base64.b64encode(b"PEM").decode()}
-    assert legacy["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.MUTATE_PATH
     assert v["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.VALIDATE_PATH
     for f in first["webhooks"]:
         assert f["clientConfig"]["url"] == "https://127.0.0.1:9443" + contract.RAY_OBJECTS_FIRST_PATH

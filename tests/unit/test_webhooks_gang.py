@@ -15,6 +15,10 @@ from testkit import reviews as rv
 from tests.unit.test_webhooks_mutate import RAYCLUSTER, patched, run
 
 
+def stamped(review: dict) -> dict:
+    """A pod of an opted-in RayCluster carries the stamp from its template."""
+    return rv.set_label(review, c.OPTED_IN_LABEL, c.OPTED_IN_VALUE)
+
 def _cluster(gang: str | None, groups: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     cluster = copy.deepcopy(RAYCLUSTER)
     if gang is not None:
@@ -35,7 +39,7 @@ def test_the_cache_keeps_only_the_worker_groups_sizes() -> None:
 
 
 def test_gang_pods_carry_their_cluster_and_every_groups_base_count() -> None:
-    review = rv.worker_review()
+    review = stamped(rv.worker_review())
     outcome = run(review, Context(owners=(_cluster("true"),), cluster_known=True))
     pod = patched(review, outcome)
     assert outcome.decision == "gated"
@@ -46,7 +50,7 @@ def test_gang_pods_carry_their_cluster_and_every_groups_base_count() -> None:
 
 @pytest.mark.parametrize("gang", [None, "false"])
 def test_without_the_opt_in_pods_are_gated_as_before(gang: str | None) -> None:
-    review = rv.worker_review()
+    review = stamped(rv.worker_review())
     outcome = run(review, Context(owners=(_cluster(gang),), cluster_known=True))
     pod = patched(review, outcome)
     assert outcome.decision == "gated"
@@ -57,7 +61,7 @@ def test_without_the_opt_in_pods_are_gated_as_before(gang: str | None) -> None:
 def test_the_nearest_owner_decides() -> None:
     rayjob = {"kind": "RayJob", "metadata": {"name": "train", "annotations": {
         c.GANG_ANNOTATION: "true"}}}
-    review = rv.worker_review()
+    review = stamped(rv.worker_review())
     off = run(review, Context(owners=(_cluster("false"), rayjob), cluster_known=True))
     assert c.GANG_LABEL not in patched(review, off)["metadata"]["labels"]
     on = run(review, Context(owners=(_cluster(None), rayjob), cluster_known=True))
@@ -65,7 +69,7 @@ def test_the_nearest_owner_decides() -> None:
 
 
 def test_an_invalid_value_is_denied_naming_the_owner_and_the_values() -> None:
-    outcome = run(rv.worker_review(), Context(owners=(_cluster("yes"),), cluster_known=True))
+    outcome = run(stamped(rv.worker_review()), Context(owners=(_cluster("yes"),), cluster_known=True))
     assert not outcome.verdict.allowed
     message = outcome.verdict.message
     assert c.GANG_ANNOTATION in message and "RayCluster raycluster-gpu" in message
@@ -75,5 +79,5 @@ def test_an_invalid_value_is_denied_naming_the_owner_and_the_values() -> None:
 def test_a_cluster_whose_groups_are_unknown_is_denied_for_retry() -> None:
     cluster = _cluster("true")
     del cluster["spec"]
-    outcome = run(rv.head_review(), Context(owners=(cluster,), cluster_known=True))
+    outcome = run(stamped(rv.head_review()), Context(owners=(cluster,), cluster_known=True))
     assert not outcome.verdict.allowed and "retried" in outcome.verdict.message

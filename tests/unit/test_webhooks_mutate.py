@@ -194,30 +194,14 @@ def test_a_ray_pod_that_is_not_opted_in_is_never_denied(value: str) -> None:
         assert outcome.verdict.allowed and outcome.decision == "skipped"
 
 
-def test_a_legacy_pod_is_opted_in_by_its_raycluster() -> None:
-    """A cluster opted in before templates were stamped: its pods reach raykueue through
-    the legacy webhook (failurePolicy Ignore) and are gated while raykueue is up."""
+def test_an_unstamped_pod_of_an_opted_in_cluster_is_not_gated_at_creation() -> None:
+    """No legacy path: a Ray pod without the stamp is not the webhook's, even when its
+    RayCluster opted in (the cluster was opted in before raykueue ran); the leader
+    stamps that cluster and adopts its running pods (controller/adopt.py)."""
     review = rv.worker_review()
     outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
-    pod = patched(review, outcome)
-    assert outcome.decision == "gated"
-    assert pod["metadata"]["labels"][c.QUEUE_LABEL] == "team-a"
-    assert "RayCluster raycluster-gpu" in outcome.reason
-
-
-def test_a_legacy_pod_is_opted_in_through_its_rayjob() -> None:
-    cluster = {"kind": "RayCluster", "metadata": {"name": "raycluster-gpu", "labels": {}}}
-    rayjob = {
-        "kind": "RayJob",
-        "metadata": {
-            "name": "train",
-            "labels": {c.QUEUE_LABEL: "batch"},
-            "annotations": {c.STANDALONE_ANNOTATION: "true"},
-        },
-    }
-    review = rv.worker_review()
-    outcome = run(review, Context(owners=(cluster, rayjob), cluster_known=True))
-    assert patched(review, outcome)["metadata"]["labels"][c.QUEUE_LABEL] == "batch"
+    assert outcome.verdict.allowed and outcome.verdict.patch is None
+    assert (outcome.decision, outcome.reason) == ("skipped", "not opted in")
 
 
 def test_an_owner_missing_from_the_cache_never_denies_a_pod_that_is_not_stamped() -> None:
@@ -225,7 +209,7 @@ def test_an_owner_missing_from_the_cache_never_denies_a_pod_that_is_not_stamped(
     ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
     outcome = run(review, ctx)
     assert outcome.verdict.allowed and outcome.verdict.patch is None
-    assert "left alone" in outcome.reason
+    assert outcome.reason == "not opted in"
 
 
 def test_a_stamped_pod_whose_owner_is_missing_from_the_cache_is_retried() -> None:
