@@ -20,6 +20,7 @@ from raykueue.app.settings import Settings
 from raykueue.core import contract as c
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
 from tests.podenv import kubelet_env, settings_from
+from tests.tools.test_versions import wheel_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -246,7 +247,7 @@ def test_pod_is_locked_down(objs: dict) -> None:
         .startswith("/tmp/")
     assert ctr["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
     assert ctr["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert ctr["image"] == "raykueue:latest"
+    assert ctr["image"] == f"raykueue:{wheel_version()}"
     resources = ctr["resources"]
     assert {"cpu", "memory"} <= resources["requests"].keys() <= resources["limits"].keys()
     assert deployment["spec"]["replicas"] == 2

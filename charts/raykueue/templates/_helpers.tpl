@@ -23,3 +23,8 @@ annotations:
   cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/raykueue-webhook
 {{- end }}
 {{- end }}
+
+{{/* The image; an empty tag is the chart's appVersion (one version for wheel, image and chart). */}}
+{{- define "raykueue.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
