@@ -140,8 +140,7 @@ def test_notes_say_what_was_installed_and_how_to_check_it(helm) -> None:
 
 def test_notes_follow_the_options(helm) -> None:
     text = notes(helm, "priorities.create=true", "certManager.enabled=true",
-                 "monitoring.enabled=true", "legacyPodWebhook=false")
+                 "monitoring.enabled=true")
     assert "WorkloadPriorityClasses ray-head (1000) and ray-worker (100)" in text
     assert "cert-manager's" in text and "raykueue-webhook-tls" not in text
     assert "ServiceMonitor" in text
-    assert "mutate-legacy-pods" not in text
