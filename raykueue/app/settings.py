@@ -122,6 +122,14 @@ class Settings(BaseSettings):
     # every stuck_interval_seconds.
     stuck_grace_seconds: float = 120.0
     stuck_interval_seconds: float = 15.0
+    # A pod past raykueue's gate whose own Workload is not admitted this long (from
+    # the Workload's creation or its last admission change) runs outside Kueue's
+    # quota and is removed, workers before heads (controller/removal.py).
+    outside_quota_grace_seconds: float = Field(default=120.0, ge=0)
+    # "enforce": pods are removed when the live reads prove one of the two causes
+    # (Kueue evicted their Workload, or outside quota past the grace). "report":
+    # no pod is ever deleted; each removal becomes an Event and a metric only.
+    enforcement: Literal["enforce", "report"] = "enforce"
     # The leader lists the pods raykueue does not manage of each opted-in RayCluster
     # this often and evicts those running outside quota (controller/unaccounted.py).
     unaccounted_interval_seconds: float = Field(default=60.0, gt=0)
