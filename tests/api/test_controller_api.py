@@ -263,23 +263,25 @@ def test_a_worker_queues_behind_a_head_raykueue_never_gated(admin, ns, scope, ru
     assert workload_of(admin, head) is None, "the foreign head is not ours to queue"
 
 
-def test_a_running_pods_workload_deleted_by_hand_sends_the_pod_back_to_the_queue(
+def test_a_running_pods_workload_deleted_by_hand_is_reported_never_killed_on_a_belief(
         admin, ns, scope, run_controller):
     """Issue 21: anyone allowed to delete Workloads (Kueue's batch-admin role) could
-    free a running pod's quota: raykueue left the pod running, uncounted."""
+    free a running pod's quota; raykueue then deleted the pod. Issue 28: a pod is
+    deleted only on live proof (controller/removal.py), and a Workload that is gone
+    proves neither cause: the pod is kept and the Event on it says why."""
     pod = create_pod(admin, ray_pod(ns, scope, "worker", "rc-worker-d", hold=True))
     run_controller(head_first=False)
     admit(admin, pod, scope)
     wait_for(lambda: not gates(live(admin, pod)), timeout=30, message="gate lifted")
 
     admin.delete(WORKLOADS.path(ns, w.workload_name(pod)))
-    going = wait_for(lambda: (x := live(admin, pod)) and x["metadata"].get("deletionTimestamp")
-                     and x, timeout=30, message="the pod deleted once its Workload is gone")
-    (condition,) = [x for x in going["status"]["conditions"] if x["type"] == c.EVICTED_CONDITION]
-    assert condition["reason"] == "WorkloadDeleted" and "quota" in condition["message"]
-    notes = [e.get("note", "") for e in events_for(admin, ns, "rc-worker-d") if e["reason"] == "Evicted"]
-    assert any("was deleted" in n and "queues again" in n for n in notes), notes
-    assert workload_of(admin, pod) is None, "no Workload made for a pod on its way out"
+    notes = wait_for(lambda: [e.get("note", "") for e in events_for(admin, ns, "rc-worker-d")
+                              if e["reason"] == "RemovalNotProven"],
+                     timeout=30, message="the proposed removal reported, not carried out")
+    assert any("nothing proves" in n for n in notes), notes
+    kept = live(admin, pod)
+    assert kept is not None and not kept["metadata"].get("deletionTimestamp")
+    assert kept["metadata"]["uid"] == pod["metadata"]["uid"]
     release(admin, pod)
 
 
