@@ -79,6 +79,11 @@ class Context:
     outside_quota_ahead: str | None = None
 
 
+# How soon a pod outside quota that waits for others of its cluster (workers before
+# heads, lower priorities first) is looked at again.
+OTHERS_RECHECK_SECONDS = 2.0
+
+
 # --- the decision ---------------------------------------------------------------
 
 
@@ -271,7 +276,10 @@ def _outside_quota(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
     if left > 0:
         return [warn, Wait(f"outside quota: removed in {left:.0f}s unless admitted", after=left)]
     if ctx.outside_quota_ahead:
-        return [warn, Wait(f"outside quota, waiting: {ctx.outside_quota_ahead}")]
+        # No event of this pod says when the others are gone (a head hears nothing of
+        # its workers' deletion): look again shortly.
+        return [warn, Wait(f"outside quota, waiting: {ctx.outside_quota_ahead}",
+                           after=OTHERS_RECHECK_SECONDS)]
     head = role_of(pod) == c.ROLE_HEAD
     return [EvictPod(name, OUTSIDE_QUOTA,
                      f"pod {p.name(pod)} ran past the gate while its Workload {name} stayed not "

@@ -35,7 +35,7 @@ from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import PODS, Resource
 from raykueue.kube.rest import Rest
 from testkit.pods import gated, role, running
-from testkit.waiting import wait_for
+from testkit.waiting import holds_for, wait_for
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     WORKLOADS,
@@ -262,10 +262,12 @@ def test_pods_outside_quota_past_the_grace_go_workers_first_with_events(admin, w
         for when, pod_name, uid, _ in gone:
             # Not before the grace (the API server's stamps are whole seconds).
             assert when >= made[uid] + GRACE - 1, (pod_name, when - made[uid])
-            (event,) = events(admin, ns, "Evicted", "Pod", pod_name)
-            assert "OutsideQuota" in event["note"] and "has not been admitted" in event["note"]
-        on_cluster = events(admin, ns, "Evicted", "RayCluster", "outside")
-        assert len(on_cluster) == 3 and all("OutsideQuota" in e["note"] for e in on_cluster)
+            notes = [e["note"] for e in events(admin, ns, "Evicted", "Pod", pod_name)]
+            assert notes and all("OutsideQuota" in n and "has not been admitted" in n
+                                 for n in notes), notes
+            on_cluster = [e["note"] for e in events(admin, ns, "Evicted", "RayCluster", "outside")
+                          if e["note"].startswith(f"pod {pod_name}:")]
+            assert on_cluster and all("OutsideQuota" in n for n in on_cluster), on_cluster
         # KubeRay made them again, gated: they queue, and nothing else goes.
         wait_for(lambda: len([x for x in pods(admin, ns, "outside")
                               if gated(x) and not x["metadata"].get("deletionTimestamp")]) == 3,
@@ -289,3 +291,106 @@ def test_report_only_deletes_nothing_and_says_what_it_would_have_done(admin, web
         assert deletions.seen == []
         assert {x["metadata"]["uid"] for x in pods(admin, ns, "reported")} == set(original)
 
+
+
+# --- quota held until the pod has stopped -----------------------------------------------------
+
+# The kubelet stand-in. A real kubelet keeps a deleted pod with a day-long
+# terminationGracePeriodSeconds and a preStop sleep running, its containers reported
+# `running`, until they stop; kwok's pod-delete stage deletes at once, so a finalizer of
+# the test's holds the pod meanwhile, and the test reports the containers terminated as
+# the kubelet would once they stop. (The node tier, a real kubelet, is not built here.)
+HOLD = "e2e.raykueue.io/grace-period"
+HELD_FOR = 15.0  # stands for the grace period: every moment of it is watched
+
+
+class QuotaWatch:
+    """Every change of the namespace's Workloads, checked the moment it arrives: while
+    `old` (a deleted pod's Workload) runs, it stays admitted and no other worker of the
+    cluster is admitted beside the ones already running."""
+
+    def __init__(self, api: Rest, ns: str, old: str, others: set[str]) -> None:
+        self.old, self.others = old, others
+        self.stopped_at: float | None = None
+        self.old_gone_at: float | None = None
+        self.violations: list[str] = []
+        self._lock = threading.Lock()
+        self.cache = WatchCache(api, WORKLOADS, namespace=ns)
+        self.cache.add_handler(self._workload)
+
+    def _workload(self, event: str, wl: dict[str, Any]) -> None:
+        name = wl["metadata"]["name"]
+        with self._lock:
+            running = self.stopped_at is None
+            if name == self.old:
+                gone = event == "DELETED" or bool(wl["metadata"].get("deletionTimestamp")) \
+                    or not w.is_admitted(wl)
+                if gone and running:
+                    self.violations.append(f"{event} {name} while its pod still ran: "
+                                           f"{w.conditions(wl)}")
+                if gone and self.old_gone_at is None:
+                    self.old_gone_at = time.time()
+            elif name not in self.others and w.is_admitted(wl) and running \
+                    and (wl["metadata"].get("labels") or {}).get(c.NODE_TYPE_LABEL) == "worker":
+                self.violations.append(f"{name} admitted while {self.old} still held the quota")
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped_at = time.time()
+
+    def __enter__(self) -> QuotaWatch:
+        self.cache.start()
+        assert self.cache.wait_synced(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cache.stop()
+
+
+def test_a_deleted_worker_that_still_runs_holds_its_quota_until_it_stops(admin, webhooks, queue):  # noqa: F811
+    ns = queue(cpu="3", memory="3Gi")  # the head and two workers: no room for a fourth pod
+    with watched(admin, ns), InProcess(admin, ns):
+        admin.create(RAYCLUSTERS.path(ns), raycluster("grace", 2))
+        s = wait_for(settled(admin, ns, "grace", 2, 0), timeout=180,
+                     message=describe(admin, ns, "grace"))
+        worker = next(x for x in s["pods"] if role(x) == "worker")
+        name = worker["metadata"]["name"]
+        old = w.workload_name(worker)
+        admin.merge_patch(PODS.path(ns, name), {"metadata": {"finalizers": [HOLD]}})
+        others = {x["metadata"]["name"] for x in admin.get(WORKLOADS.path(ns))["items"]}
+        with QuotaWatch(admin, ns, old, others) as quota:
+            admin.delete(PODS.path(ns, name))  # what the autoscaler does
+
+            def replacement_waits() -> dict[str, Any] | None:
+                wls = [x for x in admin.get(WORKLOADS.path(ns))["items"]
+                       if x["metadata"]["name"] not in others]
+                return wls[0] if wls and not w.is_admitted(wls[0]) else None
+
+            # KubeRay makes a replacement at once; its Workload queues behind the old one.
+            wait_for(replacement_waits, timeout=60, message="the replacement's Workload, pending")
+            deleting = admin.get(PODS.path(ns, name))
+            assert deleting["metadata"].get("deletionTimestamp")
+            assert all("running" in x["state"] for x in deleting["status"]["containerStatuses"])
+            # The grace period: every Workload change of it is checked by the watch.
+            assert holds_for(lambda: not quota.violations, HELD_FOR), quota.violations
+            assert w.is_admitted(admin.get(WORKLOADS.path(ns, old)))
+
+            # The containers stop (the preStop hook and the process ended).
+            quota.stop()
+            admin.merge_patch(PODS.path(ns, name, "status"), {"status": {"containerStatuses": [
+                {"name": x["name"], "image": x["image"], "imageID": "", "ready": False,
+                 "restartCount": 0, "state": {"terminated": {
+                     "exitCode": 0, "reason": "Completed", "startedAt": x["state"]["running"]["startedAt"],
+                     "finishedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}}
+                for x in deleting["status"]["containerStatuses"]]}})
+            wait_for(lambda: quota.old_gone_at is not None, timeout=30,
+                     message="the old Workload released once its containers stopped")
+            assert quota.stopped_at is not None and quota.old_gone_at is not None
+            released_after = quota.old_gone_at - quota.stopped_at
+            print(f"\n[quota held] released {released_after:.2f}s after the containers stopped")
+            assert released_after < 5, released_after
+            assert quota.violations == []
+            # The quota goes to the replacement: admitted, past its gate.
+            wait_for(settled(admin, ns, "grace", 2, 0), timeout=120,
+                     message=describe(admin, ns, "grace"))
+        admin.merge_patch(PODS.path(ns, name), {"metadata": {"finalizers": None}})

@@ -192,6 +192,8 @@ def test_decide_reports_at_once_and_proposes_the_removal_once_the_grace_is_over(
     waiting = d.decide(pod, [wl], ctx(now=LATE, outside_quota_grace=GRACE,
                                       outside_quota_ahead="worker x goes first"))
     assert [type(x) for x in waiting] == [a.Warn, a.Wait]
+    # A head hears nothing of its workers' deletion: it is looked at again shortly.
+    assert waiting[1].after == d.OTHERS_RECHECK_SECONDS
 
 
 def test_decide_without_a_clock_never_proposes_a_removal():
