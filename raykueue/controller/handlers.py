@@ -299,10 +299,12 @@ def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     regarding = _raycluster_of(pod, raycluster)
     if not verdict.justified:
         at.kept.add(action.workload)
-        m.POD_REMOVALS.labels(cause=action.reason, outcome="not_proven").inc()
-        log.warning("%s/%s: removal (%s) not proven by live reads, pod kept: %s",
-                    ns, name, action.reason, verdict.evidence)
-        if live_pod is not None and not p.is_deleting(live_pod):
+        if isinstance(live_pod, dict) and p.uid(live_pod) == p.uid(pod) \
+                and not p.is_deleting(live_pod):
+            # (A pod gone or going already is no refusal: nothing is counted or said.)
+            m.POD_REMOVALS.labels(cause=action.reason, outcome="not_proven").inc()
+            log.warning("%s/%s: removal (%s) not proven by live reads, pod kept: %s",
+                        ns, name, action.reason, verdict.evidence)
             _tell(env, pod, regarding, WARNING, removal.NOT_PROVEN,
                   f"raykueue did not delete the pod ({action.reason}: {action.message}): "
                   f"the live state does not prove it must go: {verdict.evidence}", once=True)

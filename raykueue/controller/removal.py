@@ -21,6 +21,7 @@ miss is never evidence.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -207,10 +208,12 @@ def confirm(expected_uid: str, pod: Obj | None, own: Obj | None, evidence: Obj |
     if waiting is not None:
         return Verdict(False, "", waiting)
     since = not_admitted_since(own) or 0.0
+    # Stable from pass to pass (a time, not an age), so that a report is sent once.
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
     return Verdict(True, OUTSIDE_QUOTA, (
         f"pod {name} ({role_of(pod)}) is past the gate while its Workload {p.name(own)} "
-        f"(uid {p.uid(own)}, priority {_priority(own)}) has not been admitted for "
-        f"{now - since:.0f}s (grace {grace:.0f}s); RayCluster {p.name(raycluster)} "
+        f"(uid {p.uid(own)}, priority {_priority(own)}) has not been admitted since "
+        f"{stamp}, longer than the grace of {grace:.0f}s; RayCluster {p.name(raycluster)} "
         f"(uid {p.uid(raycluster)}) opts in"))
 
 

@@ -263,7 +263,7 @@ def test_pods_outside_quota_past_the_grace_go_workers_first_with_events(admin, w
             # Not before the grace (the API server's stamps are whole seconds).
             assert when >= made[uid] + GRACE - 1, (pod_name, when - made[uid])
             notes = [e["note"] for e in events(admin, ns, "Evicted", "Pod", pod_name)]
-            assert notes and all("OutsideQuota" in n and "has not been admitted" in n
+            assert notes and all("OutsideQuota" in n and "has not been admitted since" in n
                                  for n in notes), notes
             on_cluster = [e["note"] for e in events(admin, ns, "Evicted", "RayCluster", "outside")
                           if e["note"].startswith(f"pod {pod_name}:")]

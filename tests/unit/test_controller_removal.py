@@ -106,9 +106,12 @@ def test_a_gang_base_pod_goes_with_its_evicted_base_an_extra_does_not():
 
 def test_outside_quota_past_the_grace_with_an_opted_in_raycluster_is_proof():
     pod = running()
-    verdict = confirm(pod, o.workload(pod, "pending"), rc=raycluster(pod))
+    wl = o.workload(pod, "pending")
+    verdict = confirm(pod, wl, rc=raycluster(pod))
     assert verdict.justified and verdict.cause == removal.OUTSIDE_QUOTA
-    assert "grace 120s" in verdict.evidence and "opts in" in verdict.evidence
+    assert "grace of 120s" in verdict.evidence and "opts in" in verdict.evidence
+    assert f"since {o.T1}" in verdict.evidence  # the same words every pass: reported once
+    assert confirm(pod, wl, rc=raycluster(pod), now=LATE + 60) == verdict
 
 
 @pytest.mark.parametrize(("why", "change"), [
