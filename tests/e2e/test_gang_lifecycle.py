@@ -99,7 +99,8 @@ def test_base_preempted_goes_whole_an_extra_kueue_left_admitted_runs_on(admin, c
             until(gw, lambda: len(started(admin, ns, "a")) == 4 and len(own_workload_pods(admin, ns)) == 1,
                   timeout=120, message="a: head, 2 base workers and an extra running")
             a_base = base_of(admin, ns, "a")
-            (extra,) = own_workload_pods(admin, ns)
+            (extra_uid,) = own_workload_pods(admin, ns)
+            extra = next(p for p in started(admin, ns, "a") if p["metadata"]["uid"] == extra_uid)
             b = with_extras("b", 2, 2)
             b["spec"]["headGroupSpec"]["template"].setdefault("metadata", {})["labels"] = {
                 c.PRIORITY_CLASS_LABEL: urgent}
@@ -107,7 +108,7 @@ def test_base_preempted_goes_whole_an_extra_kueue_left_admitted_runs_on(admin, c
 
             def only_admitted_extras_of_a() -> bool:
                 left = started(admin, ns, "a")
-                if uids(left) - {extra["metadata"]["uid"]}:
+                if uids(left) - {extra_uid}:
                     return False
                 own = admin.get(WORKLOADS.path(ns, w.workload_name(extra))) if left else None
                 return not left or (own is not None and w.is_admitted(own))
