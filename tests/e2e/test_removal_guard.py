@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from raykueue.controller import actions as a
+from raykueue.controller import removal
 from raykueue.controller import workload as w
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.loop import Controller
@@ -33,7 +34,7 @@ from raykueue.core.clock import timestamp
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import PODS, Resource
-from raykueue.kube.rest import Rest
+from raykueue.kube.rest import ApiError, Rest
 from testkit.pods import gated, role, running
 from testkit.waiting import holds_for, wait_for
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
@@ -316,8 +317,12 @@ class QuotaWatch:
     the replacement only once the old pod is gone; a replacement made sooner, as the
     issue saw, would queue behind the quota the old one still holds.)"""
 
-    def __init__(self, api: Rest, ns: str, old: str, others: set[str]) -> None:
+    def __init__(self, api: Rest, ns: str, old: str, others: set[str],
+                 pod: str | None = None) -> None:
         self.old, self.others = old, others
+        # With `pod`, whether it still runs is read from the API server the moment its
+        # Workload goes (the kubelet's report, not the test's word).
+        self.api, self.ns, self.pod = api, ns, pod
         self.stopped_at: float | None = None
         self.old_gone_at: float | None = None
         self.violations: list[str] = []
@@ -329,6 +334,8 @@ class QuotaWatch:
         name = wl["metadata"]["name"]
         with self._lock:
             running = self.stopped_at is None
+            if running and self.pod is not None:
+                running = self._pod_runs()
             if name == self.old:
                 gone = event == "DELETED" or bool(wl["metadata"].get("deletionTimestamp")) \
                     or not w.is_admitted(wl)
@@ -340,6 +347,15 @@ class QuotaWatch:
             elif name not in self.others and w.is_admitted(wl) and running \
                     and (wl["metadata"].get("labels") or {}).get(c.NODE_TYPE_LABEL) == "worker":
                 self.violations.append(f"{name} admitted while {self.old} still held the quota")
+
+    def _pod_runs(self) -> bool:
+        try:
+            pod = self.api.get(PODS.path(self.ns, self.pod))
+        except ApiError as exc:
+            if exc.is_not_found:
+                return False
+            raise
+        return not removal.has_stopped(pod)
 
     def stop(self) -> None:
         with self._lock:
