@@ -52,6 +52,8 @@ def controller_config(settings: Settings, pods_ready: bool) -> ControllerConfig:
         cache_sync_timeout_seconds=settings.cache_sync_timeout_seconds,
         stuck_interval_seconds=settings.stuck_interval_seconds,
         stuck_grace_seconds=settings.stuck_grace_seconds,
+        outside_quota_grace_seconds=settings.outside_quota_grace_seconds,
+        enforcement=settings.enforcement,
     )
 
 

@@ -127,6 +127,14 @@ class Settings(BaseSettings):
     # RayClusters with unstamped templates or running pods raykueue does not
     # manage, and adopts them (controller/adopt.py); it never deletes a pod.
     adopt_interval_seconds: float = Field(default=30.0, gt=0)
+    # A pod past raykueue's gate whose own Workload is not admitted this long (from
+    # the Workload's creation or its last admission change) runs outside Kueue's
+    # quota and is removed, workers before heads (controller/removal.py).
+    outside_quota_grace_seconds: float = Field(default=120.0, ge=0)
+    # "enforce": pods are removed when the live reads prove one of the two causes
+    # (Kueue evicted their Workload, or outside quota past the grace). "report":
+    # no pod is ever deleted; each removal becomes an Event and a metric only.
+    enforcement: Literal["enforce", "report"] = "enforce"
     leader_election: bool = True
     # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
     # manifests set it from the downward API), else "default", so that

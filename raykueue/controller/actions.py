@@ -68,7 +68,11 @@ class SetReclaimable:
 
 @dataclass(frozen=True, slots=True)
 class EvictPod:
-    """Condition on the pod, event, delete; a FinishWorkload follows."""
+    """A proposed removal: `handlers.remove_pod` reads the pod, its Workload(s) and its
+    RayCluster live and deletes only what `removal.confirm` proves (condition on the pod,
+    Events, uid-preconditioned delete); anything else it reports. `workload` names the
+    Workload whose state is the evidence (the pod's own, or a gang's base; "" for none).
+    A FinishWorkload may follow: it is skipped when the pod was kept."""
 
     workload: str
     reason: str
@@ -102,6 +106,8 @@ class Wait:
     # WAIT_FOR_HEAD, or "": the stuck-gate report counts a worker waiting for
     # its head apart from one that should have had a Workload by now.
     kind: str = ""
+    # Seconds after which the pass is worth running again (a grace running out); None: on events.
+    after: float | None = None
 
 
 WAIT_FOR_HEAD: Final = "head"
@@ -139,6 +145,8 @@ WARN_LABEL_REMOVED: Final = "ManagedByLabelRemoved"
 # Eviction reason (event, metric) of a pod that ran past our gate and lost its
 # Workload (deleted by hand): Kueue no longer counted it.
 EVICTED_WORKLOAD_DELETED: Final = "WorkloadDeleted"
+# A pod past the gate whose own Workload stayed not admitted past the grace.
+OUTSIDE_QUOTA: Final = "OutsideQuota"
 # Evictions raykueue decides itself (every other reason is Kueue's).
 OWN_EVICTIONS: Final = frozenset({GANG_REQUEUED, GANG_UNCOVERED, CONFLICT_FORGED_WORKLOAD,
-                                  EVICTED_WORKLOAD_DELETED})
+                                  EVICTED_WORKLOAD_DELETED, OUTSIDE_QUOTA})

@@ -17,7 +17,7 @@ HANDLERS: Mapping[type, Handler] = MappingProxyType({
     a.SetPodsReady: h.set_pods_ready,
     a.FinishWorkload: h.finish_workload,
     a.DeleteWorkload: h.delete_workload,
-    a.EvictPod: h.evict_pod,
+    a.EvictPod: h.remove_pod,
     a.ReportConflict: h.report_conflict,
     a.Warn: h.warn,
     a.Wait: h.wait,

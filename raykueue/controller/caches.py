@@ -65,7 +65,9 @@ def discover_version(rest: Rest) -> str | None:
 # the decisions on trimmed and whole objects and expects the same answer.
 # Of metadata: webhooks.objects.METADATA_KEPT, as every cache of ours.
 # Of a pod's spec: the gate, and the placement a gate lift adds to.
-POD_SPEC_KEPT: Final = ("schedulingGates", "nodeSelector", "tolerations")
+# nodeName and each container's state kind: whether a pod being deleted has stopped
+# (decide.release holds its quota until then, issue 28).
+POD_SPEC_KEPT: Final = ("schedulingGates", "nodeSelector", "tolerations", "nodeName")
 POD_STATUS_KEPT: Final = ("phase", "message")
 POD_CONDITIONS_KEPT: Final = frozenset({"Ready"})
 # Of a Workload's status: Kueue's verdict, its placement and our own entries.
@@ -182,6 +184,11 @@ def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
             kept["conditions"] = _shared([
                 _pick(x, ("type", "status")) for x in conds
                 if isinstance(x, dict) and x.get("type") in POD_CONDITIONS_KEPT])
+        states = status.get("containerStatuses")
+        if isinstance(states, list):
+            kept["containerStatuses"] = [
+                {"state": {kind: {} for kind in x["state"]}} for x in states
+                if isinstance(x, dict) and isinstance(x.get("state"), dict)]
         out["status"] = kept
     buildable = p.is_gated(obj) or bool(labels(obj).get(c.GANG_LABEL))
     return p.SlimPod(out, w.pod_sizing(obj), orjson.dumps(full) if buildable else None)

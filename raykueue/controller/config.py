@@ -35,9 +35,17 @@ class ControllerConfig:
     # an Event saying why (controller/stuck.py).
     stuck_interval_seconds: float = 15.0
     stuck_grace_seconds: float = 120.0
+    # How long a pod past the gate may run while its own Workload is not admitted
+    # before it is removed as outside quota (controller/removal.py).
+    outside_quota_grace_seconds: float = 120.0
+    # "enforce" removes what the live reads prove; "report" removes nothing and
+    # says, in Events and a metric, what it would have removed.
+    enforcement: str = "enforce"
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
         if self.workload_version not in (None, "v1beta1", "v1beta2"):
             raise ValueError(f"unsupported Workload version {self.workload_version!r}")
+        if self.enforcement not in ("enforce", "report"):
+            raise ValueError(f"enforcement must be enforce or report, not {self.enforcement!r}")

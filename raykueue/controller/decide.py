@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from raykueue.controller import placement
+from raykueue.controller import placement, removal
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.actions import (
@@ -27,6 +27,7 @@ from raykueue.controller.actions import (
     FINISHED_OWNER_NOT_FOUND,
     FINISHED_POD_DELETED,
     FINISHED_SUCCEEDED,
+    OUTSIDE_QUOTA,
     WAIT_FOR_HEAD,
     WARN_FINISHED_WHILE_GATED,
     WARN_LABEL_REMOVED,
@@ -68,6 +69,18 @@ class Context:
     # ... and, when that does not explain it (`needs_live_pod`), the uid of
     # the pod of that name the API server still has (None: none).
     live_pod_uid: str | None = None
+    # The time of the pass (None: unknown, as for `explain`, and then no pod is
+    # ever proposed for removal as outside quota), the grace before a pod past the
+    # gate whose Workload is not admitted counts as outside quota, and, for such a
+    # pod, why it waits for other candidates of its cluster (removal.ahead_of).
+    now: float | None = field(default=None, compare=False)  # the moment, not a fact
+    outside_quota_grace: float = 120.0
+    outside_quota_ahead: str | None = None
+
+
+# How soon a pod outside quota that waits for others of its cluster (workers before
+# heads, lower priorities first) is looked at again.
+OTHERS_RECHECK_SECONDS = 2.0
 
 
 # --- the decision ---------------------------------------------------------------
@@ -133,7 +146,7 @@ def _vanished(wl: Obj, ctx: Context) -> list[Action]:
     if not finish:
         return []
     if ctx.departed is not None and departure_explains(ctx.departed, wl):
-        return release(ctx.departed, wl)
+        return release(ctx.departed, wl, gone=True)
     uid = w.pod_uid_of(wl)
     if uid and ctx.live_pod_uid == uid:
         return [Warn(WARN_LABEL_REMOVED,
@@ -280,14 +293,38 @@ def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
             return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: covered by the base until "
                          f"Workload {name} is admitted")]
         if not p.is_gated(pod):
-            return [Warn(WARN_UNGATED_NOT_ADMITTED,
-                         f"pod {p.name(pod)} is not gated but its Workload {name} is not admitted; "
-                         "it runs outside Kueue's quota")]
+            return _outside_quota(pod, wl, ctx)
         return [Wait(_pending_reason(wl))]
 
     if p.is_gated(pod):
         return placement.lift(pod, wl, ctx.flavors)
     return _readiness(pod, wl) if ctx.pods_ready else []
+
+
+def _outside_quota(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
+    """A pod past the gate whose own Workload is not admitted runs outside Kueue's
+    quota: reported at once, proposed for removal once the grace is over (workers
+    first, the lowest priority first; `removal`). The handler confirms it live."""
+    name = p.name(wl)
+    grace = ctx.outside_quota_grace
+    warn = Warn(WARN_UNGATED_NOT_ADMITTED,
+                f"pod {p.name(pod)} is not gated but its Workload {name} is not admitted; it "
+                f"runs outside Kueue's quota and is removed once that lasts {grace:.0f}s")
+    left = removal.outside_quota_left(pod, wl, ctx.now, grace)
+    if left is None:
+        return [warn]
+    if left > 0:
+        return [warn, Wait(f"outside quota: removed in {left:.0f}s unless admitted", after=left)]
+    if ctx.outside_quota_ahead:
+        # No event of this pod says when the others are gone (a head hears nothing of
+        # its workers' deletion): look again shortly.
+        return [warn, Wait(f"outside quota, waiting: {ctx.outside_quota_ahead}",
+                           after=OTHERS_RECHECK_SECONDS)]
+    head = role_of(pod) == c.ROLE_HEAD
+    return [EvictPod(name, OUTSIDE_QUOTA,
+                     f"pod {p.name(pod)} ran past the gate while its Workload {name} stayed not "
+                     f"admitted for more than {grace:.0f}s: it is outside Kueue's quota; KubeRay "
+                     "recreates it gated and it queues", head)]
 
 
 def _readiness(pod: Obj, wl: Obj) -> list[Action]:
@@ -343,19 +380,27 @@ def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
     return [FinishWorkload(p.name(wl), reason, message)]
 
 
-def release(pod: Obj, wl: Obj) -> list[Action]:
-    """Free the quota of a pod that is going or done.
+def release(pod: Obj, wl: Obj, gone: bool = False) -> list[Action]:
+    """Free the quota of a pod that is done, and only once it has stopped.
 
-    A pod being deleted takes its Workload with it (DeleteWorkload). A pod
-    that ended but stays (Succeeded or Failed, not deleted) gets its Workload
-    Finished, which keeps the outcome readable until the pod goes; an already
-    Finished Workload is left to the garbage collector.
+    A pod being deleted keeps its quota while it still runs: its grace period and
+    a preStop hook may last a day, and KubeRay's replacement takes quota of its
+    own meanwhile (issue 28). Once it has stopped (`removal.has_stopped`: it ended,
+    every container terminated, or it never reached a node) or is gone (`gone`:
+    it left the cache, and its Workload's ownerReference lets the garbage
+    collector take it too), its Workload is deleted (DeleteWorkload). A pod that
+    ended but stays (Succeeded or Failed, not deleted) gets its Workload Finished,
+    which keeps the outcome readable until the pod goes; an already Finished
+    Workload is left to the garbage collector.
     """
     if w.is_finished(wl) or w.is_deleting(wl):
         return []
     reason, message = end_of_pod(pod)
-    if p.is_deleting(pod):
+    if p.is_deleting(pod) and (gone or removal.has_stopped(pod)):
         return [DeleteWorkload(p.name(wl), str(metadata(wl).get("uid") or ""), reason, message)]
+    if p.is_deleting(pod):
+        return [Wait(f"pod {p.name(pod)} is being deleted but still runs; its Workload "
+                     f"{p.name(wl)} holds its quota until it stops")]
     return [FinishWorkload(p.name(wl), reason, message)]
 
 
@@ -366,7 +411,7 @@ def end_of_pod(pod: Obj) -> tuple[str, str]:
         return FINISHED_SUCCEEDED, detail or f"pod {p.name(pod)} succeeded"
     if phase == "Failed":
         return FINISHED_FAILED, detail or f"pod {p.name(pod)} failed"
-    return FINISHED_POD_DELETED, f"pod {p.name(pod)} is being deleted; quota released"
+    return FINISHED_POD_DELETED, f"pod {p.name(pod)} was deleted and has stopped; quota released"
 
 
 def _pending_reason(wl: Obj) -> str:

@@ -15,7 +15,7 @@ from typing import Final
 
 from raykueue.controller import gang as g
 from raykueue.controller import gang_base as gb
-from raykueue.controller import placement
+from raykueue.controller import placement, removal
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.actions import (
@@ -128,21 +128,33 @@ def _priority(pod: Obj, ctx: GangContext) -> w.Priority | Warn | None:
     return w.Priority(class_name, value)
 
 
-def _requeue(base: Obj, live: Sequence[Obj], reason: str, message: str) -> list[Step]:
-    """The gang goes back to its start: every pod is evicted (KubeRay recreates them
-    gated) and the base deleted. The extras too: a Ray worker serves nothing without
-    its head, and Kueue, preempting the base, may leave an extra it took first admitted
-    (it adds back what the preemptor does not need)."""
+def _requeue(base: Obj, live: Sequence[Obj], standing: Sequence[Obj], reason: str,
+             message: str) -> list[Step]:
+    """The gang goes back to its start: every pod is proposed for removal (KubeRay
+    recreates them gated) and the base deleted. The extras too: a Ray worker serves
+    nothing without its head, and Kueue, preempting the base, may leave an extra it took
+    first admitted (it adds back what the preemptor does not need).
+
+    A gated pod runs nothing and is left for the next base. Each removal goes through
+    `handlers.remove_pod`, which deletes only what the live
+    reads prove (Kueue evicted the pod's Workload, the base for a base pod) and reports
+    the rest (issue 28). The base goes only once no pod it covers still runs
+    (`standing`): its quota is held until they have stopped.
+    """
     steps: list[Step] = [(p.name(x), EvictPod(p.name(base), reason, message,
                                               role_of(x) == c.ROLE_HEAD))
-                         for x in live if not p.is_deleting(x)]
-    if not w.is_deleting(base):
-        steps.append((None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED, message)))
-    return steps
+                         for x in live if not p.is_deleting(x) and not p.is_gated(x)]
+    if w.is_deleting(base):
+        return steps
+    if standing:
+        names = ", ".join(sorted(p.name(x) for x in standing))
+        return [*steps, (None, Wait(f"base Workload {p.name(base)} holds its quota until its "
+                                    f"pods have stopped: {names}"))]
+    return [*steps, (None, DeleteWorkload(p.name(base), p.uid(base), reason, message))]
 
 
 def _refuse(base: Obj, head: Obj, live: Sequence[Obj], in_base: Sequence[Obj],
-            why: str) -> list[Step]:
+            standing: Sequence[Obj], why: str) -> list[Step]:
     """A base that is not the one raykueue makes: reported, and deleted to be made again.
 
     If pods were released under it, the gang is requeued whole (their quota was never
@@ -153,7 +165,7 @@ def _refuse(base: Obj, head: Obj, live: Sequence[Obj], in_base: Sequence[Obj],
     steps: list[Step] = [(p.name(head), ReportConflict(CONFLICT_FORGED_WORKLOAD, message,
                                                         workload=p.name(base)))]
     if any(not p.is_gated(x) for x in in_base):
-        return steps + _requeue(base, live, CONFLICT_FORGED_WORKLOAD, message)
+        return steps + _requeue(base, live, standing, CONFLICT_FORGED_WORKLOAD, message)
     return [*steps, (None, DeleteWorkload(p.name(base), p.uid(base), CONFLICT_FORGED_WORKLOAD, message))]
 
 
@@ -170,6 +182,13 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
     live = [x for x in pods if not (p.is_deleting(x) or p.is_terminal(x))]
     heads = sorted((x for x in live if role_of(x) == c.ROLE_HEAD),
                    key=lambda x: str(metadata(x).get("creationTimestamp")))
+    # Pods the base covers that still run (being deleted included): the base keeps
+    # their quota until they have stopped (issue 28).
+    standing = [x for x in pods if p.uid(x) not in own and not removal.has_stopped(x)]
+    if base is not None and not w.is_deleting(base) and not live and not standing:
+        # Every pod of the gang has stopped or gone: the base's quota is free to go.
+        return [(None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED,
+                                      "every pod of the gang has stopped or gone"))], g.Plan()
     mins = _mins(live, heads, ctx)
     if mins is None:
         return [(None, Wait("no gang pod carries its base counts"))], g.Plan()
@@ -179,22 +198,25 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
     if base is not None and heads:
         why = gb.mismatch(base, heads[0], [x for x in in_base if not p.is_gated(x)])
         if why is not None:
-            return _refuse(base, heads[0], live, in_base, why), g.Plan(waiting=why)
+            return _refuse(base, heads[0], live, in_base, standing, why), g.Plan(waiting=why)
     state = gb.base_state(base)
     plan = g.plan(members(pods, own, base, ctx.released, ctx.victims), mins, state,
                   _unseen(pods, ctx.released))
 
     if base is not None and w.is_evicted(base):
         cond = w.condition(base, w.EVICTED) or {}
-        return _requeue(base, live, str(cond.get("reason") or FINISHED_EVICTED),
+        return _requeue(base, live, standing, str(cond.get("reason") or FINISHED_EVICTED),
                         str(cond.get("message") or "evicted by Kueue")), plan
     if base is None and ctx.cluster_gone:
         return [(None, Wait("the RayCluster is gone: its pods go with it"))], plan
     if plan.requeue and base is not None and ctx.cluster_gone:
+        if standing:
+            return [(None, Wait("the RayCluster is gone: the base is deleted once its pods "
+                                "have stopped"))], plan
         return [(None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED,
                                       "the RayCluster is gone: its pods go with it"))], plan
     if plan.requeue and base is not None:
-        return _requeue(base, live, GANG_REQUEUED, "the gang's head is gone"), plan
+        return _requeue(base, live, standing, GANG_REQUEUED, "the gang's head is gone"), plan
 
     steps = _evict_uncovered([by_uid[u] for u in plan.uncovered], base)
     if plan.create_base:
@@ -209,6 +231,9 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
 
 
 def _evict_uncovered(pods: Sequence[Obj], base: Obj | None) -> list[Step]:
+    """Proposed removals: no admitted Workload covers these pods. Neither cause of
+    `removal` proves that (the pod's own Workload is not Kueue's eviction, nor one left
+    not admitted), so the handler reports them and keeps them (issue 28)."""
     where = f"the gang's base {p.name(base)} has no slot left for it" if base is not None \
         else "the gang has no base Workload"
     return [(p.name(x), EvictPod("", GANG_UNCOVERED,

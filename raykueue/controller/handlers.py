@@ -12,12 +12,12 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raykueue.controller import actions as a
 from raykueue.controller import metrics as m
-from raykueue.controller import patches
+from raykueue.controller import patches, removal
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
@@ -25,6 +25,7 @@ from raykueue.controller.caches import slim_pod, slim_workload, workload_resourc
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.retry import Retry
 from raykueue.controller.state import Key, State
+from raykueue.core import contract as c
 from raykueue.core.clock import now_time, timestamp
 from raykueue.core.objects import Obj, metadata
 from raykueue.core.pods import role_of
@@ -80,6 +81,8 @@ class Pass:
     key: Key
     pod: Obj | None
     workloads: dict[str, Obj]
+    # Workloads whose pod a removal kept: a Finished after it is skipped.
+    kept: set[str] = field(default_factory=set)
 
     def the_pod(self) -> Obj:
         assert self.pod is not None, "decide only acts on a pod that is there"
@@ -175,6 +178,8 @@ def set_reclaimable(env: Env, action: a.SetReclaimable, at: Pass) -> None:
 
 
 def finish_workload(env: Env, action: a.FinishWorkload, at: Pass) -> None:
+    if action.workload in at.kept:
+        return  # its pod was kept (not proven, or report-only): it still runs, counted
     if _set_condition(env, at, action.workload, ws.ConditionUpdate(
             w.FINISHED, True, action.reason, action.message)):
         m.WORKLOADS_FINISHED.labels(reason=action.reason).inc()
@@ -212,17 +217,123 @@ def delete_workload(env: Env, action: a.DeleteWorkload, at: Pass) -> None:
                  action.reason)
 
 
-def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
+_RAYCLUSTERS = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
+
+
+def _live(env: Env, path: str, what: str, query: Mapping[str, str] | None = None) -> Any:
+    """A GET that answers None for 404; any other failure retries the pass (a removal
+    is never made on a read that did not answer)."""
+    try:
+        return env.rest.get(path, query) if query else env.rest.get(path)
+    except ApiError as exc:
+        if exc.is_not_found:
+            return None
+        raise Retry(f"reading {what} live before a removal: {exc}") from exc
+
+
+def _raycluster_of(pod: Obj, live: Obj | None) -> Obj | None:
+    """What the RayCluster Event regards: the live object, else the pod's owner reference."""
+    if live is not None:
+        return live
+    ref = removal.raycluster_ref(pod)
+    if ref is None:
+        return None
+    return {"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": "RayCluster",
+            "metadata": {"name": ref["name"], "uid": ref["uid"],
+                         "namespace": metadata(pod).get("namespace")}}
+
+
+def _peers(env: Env, ns: str, cluster: str) -> list[tuple[Obj, Obj | None]]:
+    """The live pods of the cluster, each with its own live Workload (one list each)."""
+    selector = {"labelSelector": f"{c.CLUSTER_LABEL}={cluster}"}
+    pods = _live(env, r.PODS.path(ns), "the cluster's pods", selector) or {}
+    wls = _live(env, workload_resource(env.version).path(ns), "the cluster's Workloads",
+                selector) or {}
+    by_name = {p.name(x): x for x in wls.get("items") or [] if isinstance(x, dict)}
+    return [(x, by_name.get(w.workload_name(x))) for x in pods.get("items") or []
+            if isinstance(x, dict)]
+
+
+def _tell(env: Env, pod: Obj, raycluster: Obj | None, type_: str, reason: str,
+          message: str, once: bool) -> None:
+    """The same Event on the pod and on its RayCluster (where users look for a lost pod)."""
+    send = env.event_once if once else env.event
+    send(pod, type_, reason, message)
+    if raycluster is not None:
+        send(pod, type_, reason, f"pod {p.name(pod)}: {message}", regarding=raycluster)
+
+
+def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
+    """The one place raykueue deletes a pod: only what live reads prove (`removal`).
+
+    The pod, the Workload named for it, the Workload the decision names (a gang's
+    base), the owning RayCluster and, for an outside-quota removal, the cluster's
+    pods and Workloads are read from the API server, never from the caches: a cache
+    miss or a stale cache is no evidence. Proven and enforcing: condition, Events on
+    the pod and its RayCluster, a delete preconditioned on the pod's uid. Proven
+    under RAYKUEUE_ENFORCEMENT=report, or not proven: Events and a metric only, and
+    the Finished that would follow is skipped (the pod keeps running, counted).
+    """
     pod = at.the_pod()
     ns, name = at.key
+    now = env.clock()
+    grace = env.config.outside_quota_grace_seconds
+    live_pod = _live(env, r.PODS.path(ns, name), f"pod {name}")
+    own = evidence = raycluster = None
+    peers: list[tuple[Obj, Obj | None]] = []
+    if isinstance(live_pod, dict) and p.uid(live_pod) == p.uid(pod):
+        own_name = w.workload_name(live_pod)
+        path = workload_resource(env.version).path
+        own = _live(env, path(ns, own_name), f"Workload {own_name}")
+        if action.workload and action.workload != own_name:
+            evidence = _live(env, path(ns, action.workload), f"Workload {action.workload}")
+        ref = removal.raycluster_ref(live_pod)
+        if ref is not None:
+            raycluster = _live(env, _RAYCLUSTERS.path(ns, ref["name"]), f"RayCluster {ref['name']}")
+        cluster = p.cluster(live_pod)
+        if cluster and removal.outside_quota_left(live_pod, own, now, grace) == 0.0:
+            peers = _peers(env, ns, cluster)
+    verdict = removal.confirm(p.uid(pod), live_pod if isinstance(live_pod, dict) else None,
+                              own, evidence, raycluster, peers, now, grace)
     role = role_of(pod) or "unknown"
-    by = "raykueue" if action.reason in a.OWN_EVICTIONS else "Kueue"
+    regarding = _raycluster_of(pod, raycluster)
+    if not verdict.justified:
+        at.kept.add(action.workload)
+        if isinstance(live_pod, dict) and p.uid(live_pod) == p.uid(pod) \
+                and not p.is_deleting(live_pod):
+            # (A pod gone or going already is no refusal: nothing is counted or said.)
+            m.POD_REMOVALS.labels(cause=action.reason, outcome="not_proven").inc()
+            log.warning("%s/%s: removal (%s) not proven by live reads, pod kept: %s",
+                        ns, name, action.reason, verdict.evidence)
+            _tell(env, pod, regarding, WARNING, removal.NOT_PROVEN,
+                  f"raykueue did not delete the pod ({action.reason}: {action.message}): "
+                  f"the live state does not prove it must go: {verdict.evidence}", once=True)
+        return
+    if env.config.enforcement == removal.REPORT:
+        at.kept.add(action.workload)
+        m.POD_REMOVALS.labels(cause=verdict.cause, outcome="reported").inc()
+        log.warning("%s/%s: would delete the pod (%s), RAYKUEUE_ENFORCEMENT=report: %s",
+                    ns, name, verdict.cause, verdict.evidence)
+        _tell(env, pod, regarding, WARNING, removal.REPORTED,
+              f"RAYKUEUE_ENFORCEMENT=report: the pod was not deleted; it would be ("
+              f"{verdict.cause}): {verdict.evidence}", once=True)
+        return
+    _delete_pod(env, action, at, pod, verdict, regarding)
+    m.POD_REMOVALS.labels(cause=verdict.cause, outcome="deleted").inc()
+    m.PODS_EVICTED.labels(role=role, reason=action.reason).inc()
+
+
+def _delete_pod(env: Env, action: a.EvictPod, at: Pass, pod: Obj, verdict: removal.Verdict,
+                regarding: Obj | None) -> None:
+    ns, name = at.key
+    by = "Kueue" if verdict.cause == removal.KUEUE_EVICTED else "raykueue"
+    # The evidence, logged with every delete: what the live reads showed.
     if action.head:
-        log.warning("%s/%s: Ray cluster %s taken down: its head was evicted by %s "
-                    "(%s: %s)", ns, name, p.cluster(pod) or "?", by, action.reason, action.message)
+        log.warning("%s/%s: Ray cluster %s taken down: its head is removed (%s, by %s): %s",
+                    ns, name, p.cluster(pod) or "?", verdict.cause, by, verdict.evidence)
     else:
-        log.info("%s/%s: evicted by %s (%s: %s); deleting the pod", ns, name, by,
-                 action.reason, action.message)
+        log.warning("%s/%s: deleting the pod (%s, by %s): %s", ns, name, verdict.cause, by,
+                    verdict.evidence)
     body = patches.evicted_condition_body(pod, action.reason, action.message, now_time())
     try:
         env.write("apply", "pods/status", lambda: env.rest.apply(
@@ -230,17 +341,10 @@ def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     except ApiError as exc:
         if not exc.is_not_found:
             raise Retry(f"writing the eviction condition: {exc}") from exc
-    if action.reason == a.EVICTED_WORKLOAD_DELETED:
-        message = action.message  # not Kueue's doing: the message says whose
-    elif action.workload:
-        message = f"Kueue evicted Workload {action.workload}: {action.reason}: {action.message}"
-    else:
-        # No Workload: none admitted covers the pod (a gang's, see gang_decide); it
-        # goes so that KubeRay recreates it gated.
-        message = f"{action.reason}: {action.message}"
+    message = f"{action.reason}: {action.message}. Evidence ({verdict.cause}): {verdict.evidence}"
     if action.head:
         message += "; the Ray cluster's head is going, KubeRay will recreate it gated"
-    env.event(pod, WARNING, "Evicted", message)
+    _tell(env, pod, regarding, WARNING, removal.REMOVED, message, once=False)
     try:
         gone = env.write("delete", "pods", lambda: env.rest.delete(
             r.PODS.path(ns, name), patches.delete_options(pod)))
@@ -258,7 +362,6 @@ def evict_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
                              "deletionTimestamp": metadata(after).get("deletionTimestamp")
                              or now_time()}
         env.state.remember("pod", at.key, pod, after)
-    m.PODS_EVICTED.labels(role=role, reason=action.reason).inc()
 
 
 def report_conflict(env: Env, action: a.ReportConflict, at: Pass) -> None:

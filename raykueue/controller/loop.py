@@ -17,16 +17,18 @@ API writes per pod, for a pod that is admitted, runs and is scaled down:
    WaitForPodsReady evicts an admitted Workload that never gets it. The
    PodsReady=False of Kueue's integrations before readiness is not written:
    Kueue treats an absent condition the same way (admittedNotReadyWorkload).
-4. DELETE the Workload once the pod is being deleted, so the quota is free
-   at once (Kueue drops it on the delete event) instead of when the garbage
-   collector gets to it after the pod's grace period. Marking it Finished
-   instead would be one write more: ours, then the collector's delete. A pod
-   that ends but stays (Succeeded, Failed) gets Finished=True, which keeps
-   its outcome readable until the pod goes.
+4. DELETE the Workload once the pod is being deleted and has stopped (every
+   container terminated, or it ended, or it is gone), so the quota is free
+   as soon as nothing runs (Kueue drops it on the delete event), and never
+   while a long grace period or a preStop hook keeps it running (issue 28).
+   Marking it Finished instead would be one write more: ours, then the
+   collector's delete. A pod that ends but stays (Succeeded, Failed) gets
+   Finished=True, which keeps its outcome readable until the pod goes.
 
 So 4 writes, and nothing left for the garbage collector. An eviction takes
-4 in place of step 4 (pod condition, Event, pod delete, Finished=Evicted);
-the collector then deletes the Workload. A Warning Event is written only
+4 in place of step 4 (pod condition, Events, pod delete, Finished=Evicted),
+after live reads that confirm it (controller/removal.py); the collector
+then deletes the Workload. A Warning Event is written only
 when something needs a human: a conflict, a missing WorkloadPriorityClass,
 an eviction.
 """
@@ -151,7 +153,7 @@ class Controller:
         caches.heads.add_handler(self._on_head)
         caches.rayclusters.add_handler(self._on_raycluster)
         self.caches = caches
-        self._reader = Reader(self.rest, caches, self.state, self.config, version)
+        self._reader = Reader(self.rest, caches, self.state, self.config, version, self._clock)
         self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock)
         caches.start()
         if not caches.wait_synced(stop, self.config.cache_sync_timeout_seconds):
@@ -272,6 +274,9 @@ class Controller:
         at = Pass(key, facts.pod, {str(metadata(x).get("name")): x for x in facts.workloads})
         for action in actions:
             apply(self._env, action, at)
+            if isinstance(action, a.Wait) and action.after is not None:
+                # A grace runs out with no event to say so: look again then.
+                self.queue.add_after(key, action.after + 0.5)
         if facts.pod is None:
             self.state.forget_pod(key, facts.ctx.departed)
         return actions

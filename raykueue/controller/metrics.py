@@ -50,9 +50,19 @@ WORKLOADS_FINISHED = Counter(
 )
 PODS_EVICTED = Counter(
     "raykueue_pods_evicted",
-    "Pods deleted because Kueue evicted their Workload, by Ray role and Kueue's reason; "
-    "reason GangPodNotCovered: a gang pod past the gate that no admitted Workload covered.",
+    "Pods deleted after a live confirmation (controller/removal.py), by Ray role and "
+    "reason: Kueue's eviction reason, or OutsideQuota (past the gate, Workload not "
+    "admitted past the grace).",
     ["role", "reason"],
+)
+POD_REMOVALS = Counter(
+    "raykueue_pod_removals",
+    "Pod removals raykueue decided, by cause and outcome: deleted (the live reads proved "
+    "it), reported (proved, RAYKUEUE_ENFORCEMENT=report) or not_proven (the live reads did "
+    "not prove it: the pod is kept and an Event says why). Causes KueueEvicted and "
+    "OutsideQuota are the only ones that delete; not_proven is labelled with the cause "
+    "that was proposed.",
+    ["cause", "outcome"],
 )
 CONFLICTS = Counter(
     "raykueue_conflicts",

@@ -11,16 +11,25 @@ tells a deleted pod from one that merely lost our label.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
+from raykueue.controller import removal
 from raykueue.controller import workload as w
-from raykueue.controller.caches import Caches, foreign_heads, min_replicas, workers_to_delete
+from raykueue.controller.caches import (
+    Caches,
+    foreign_heads,
+    min_replicas,
+    slim_workload,
+    workers_to_delete,
+    workload_resource,
+)
 from raykueue.controller.config import ControllerConfig
-from raykueue.controller.current import names_pod
+from raykueue.controller.current import current_workload, names_pod
 from raykueue.controller.facts import Facts, gather
 from raykueue.controller.retry import Retry
 from raykueue.controller.state import ORPHANS, Key, State
@@ -45,14 +54,16 @@ class GangFacts:
 
 class Reader:
     def __init__(self, rest: Rest, caches: Caches, state: State, config: ControllerConfig,
-                 version: str) -> None:
+                 version: str, clock: Callable[[], float] = time.time) -> None:
         self.rest = rest
+        self.clock = clock
         self.caches = caches
         self.state = state
         self.config = config
         self.version = version
         self._settings = d.Context(version=version, head_first=config.head_first,
-                                   pods_ready=config.pods_ready)
+                                   pods_ready=config.pods_ready,
+                                   outside_quota_grace=config.outside_quota_grace_seconds)
 
     def read(self, key: Key) -> Facts:
         pod = self.pod(key)
@@ -72,16 +83,31 @@ class Reader:
         A running pod of ours with no Workload (adopted) gets one built from the
         pod as the API server has it now: the cache keeps no running pod's spec.
         """
-        facts = gather(self, pod, self._settings)
-        if not d.needs_live_pod_spec(facts.pod, facts.workloads):
-            return facts
-        try:
-            live = self.rest.get(r.PODS.path(*p.key(pod)))
-        except ApiError as exc:
-            raise Retry(f"reading the running pod to make its Workload: {exc}") from exc
-        if p.uid(live) != p.uid(pod):
-            raise Retry("the pod in the cache is not the one the API server has; waiting for the watch")
-        return gather(self, live, self._settings)
+        now = self.clock()
+        settings = replace(self._settings, now=now)
+        facts = gather(self, pod, settings)
+        if d.needs_live_pod_spec(facts.pod, facts.workloads):
+            try:
+                live = self.rest.get(r.PODS.path(*p.key(pod)))
+            except ApiError as exc:
+                raise Retry(f"reading the running pod to make its Workload: {exc}") from exc
+            if p.uid(live) != p.uid(pod):
+                raise Retry("the pod in the cache is not the one the API server has; waiting for the watch")
+            return gather(self, live, settings)
+        grace = self.config.outside_quota_grace_seconds
+        current = current_workload(pod, facts.workloads)
+        if current is not None and removal.is_candidate(pod, current, now, grace):
+            # Outside quota: the others of its cluster decide whether it goes now.
+            ahead = removal.ahead_of(pod, current, self._cluster_peers(pod), now, grace)
+            facts = replace(facts, ctx=replace(facts.ctx, outside_quota_ahead=ahead))
+        return facts
+
+    def _cluster_peers(self, pod: Obj) -> list[tuple[Obj, Obj | None]]:
+        ns, cluster = p.key(pod)[0], p.cluster(pod)
+        if not cluster:
+            return []
+        return [(x, self.workload(ns, w.workload_name(x))) for x in self.caches.pods.list(ns)
+                if p.cluster(x) == cluster]
 
     def sweep(self) -> Callable[[Obj], Facts]:
         """The facts about many pods at one moment (the stuck-gate report):
@@ -158,7 +184,19 @@ class Reader:
         base: Obj | None = None
         ref = next((r for r in map(gd.raycluster_ref, pods) if r is not None), None)
         if ref is not None:
-            base = self.workload(ns, gd.base_name(cluster, str(ref["uid"])))
+            name = gd.base_name(cluster, str(ref["uid"]))
+            base = self.workload(ns, name)
+            if base is None and any(not p.is_gated(x) and not p.is_deleting(x) for x in pods):
+                # Pods stand past the gate: a base missing from the cache is no evidence
+                # that there is none (issue 28); the API server says.
+                base = self._live_workload(ns, name)
+        elif not pods:
+            # Its last pod went: the base is found by its label, so that it does not
+            # outlive its pods holding quota (gang_decide deletes it once none stands).
+            found = [x for x in self.caches.workloads.list(ns) if gd.is_base(x)
+                     and w.is_ours(x) and labels(x).get(c.GANG_LABEL) == cluster]
+            if len(found) == 1:
+                base = self.workload(ns, p.name(found[0]))
         live_head = any(role_of(x) == c.ROLE_HEAD and not p.is_deleting(x) for x in pods)
         # Pods past the gate with no base: the garbage collector may have taken the base
         # of a RayCluster being deleted before its pods show it.
@@ -185,6 +223,15 @@ class Reader:
             raise Retry(f"reading RayCluster {ns}/{ref.get('name')}: {exc}") from exc
         meta = found.get("metadata") or {}
         return meta.get("uid") != ref.get("uid") or bool(meta.get("deletionTimestamp"))
+
+    def _live_workload(self, ns: str, name: str) -> Obj | None:
+        try:
+            found = self.rest.get(workload_resource(self.version).path(ns, name))
+        except ApiError as exc:
+            if exc.is_not_found:
+                return None
+            raise Retry(f"reading Workload {ns}/{name}: {exc}") from exc
+        return slim_workload(found) if isinstance(found, dict) else None
 
     def _live_pod_uid(self, key: Key) -> str | None:
         try:

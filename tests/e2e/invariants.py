@@ -235,8 +235,10 @@ class GangInvariants:
     - never the ClusterQueue over its nominal quota: neither what Kueue reserves nor
       what the released pods request;
     - never a gang's base preempted while an extra of the same cluster keeps running
-      (Kueue takes extras, which carry the worker priority, first: all of them with
-      the base, if it must take the base);
+      with its own Workload no longer admitted (Kueue takes extras, which carry the
+      worker priority, first; one it leaves admitted is within quota by Kueue's own
+      count, and raykueue removes a pod only on Kueue's eviction of that pod's own
+      Workload, issue 28);
     - `held`: clusters none of whose pods may be released nor hold quota.
 
     A coverage failure seen in the watch caches (the pod and Workload watches are two
@@ -373,7 +375,7 @@ class GangInvariants:
             return max(self.released[u] for u in uids) - max(self.created[u] for u in uids)
 
     def survivors(self) -> list[str]:
-        """Extras that ran on after their gang's base was preempted."""
+        """Extras that ran on without admission after their gang's base was preempted."""
         out: list[str] = []
         with self._lock:
             preempted = dict(self.preempted)
@@ -381,10 +383,16 @@ class GangInvariants:
         for base_uid, extras in preempted.items():
             for uid in extras:
                 wl = current.get(uid)
-                if wl is not None and not (w.is_evicted(wl) or w.is_finished(wl)
-                                           or wl["metadata"].get("deletionTimestamp")):
-                    out.append(f"extra Workload {wl['metadata']['name']} ran on after its "
-                               f"gang's base ({base_uid}) was preempted")
+                if wl is None or w.is_finished(wl) or wl["metadata"].get("deletionTimestamp"):
+                    continue
+                if w.is_evicted(wl) or not w.is_admitted(wl):
+                    pod = next((x for x in self.pods.list(self.ns)
+                                if x["metadata"]["uid"] == w.pod_uid_of(wl)
+                                and not x["metadata"].get("deletionTimestamp")), None)
+                    if pod is not None and _released(pod):
+                        out.append(f"extra Workload {wl['metadata']['name']} lost its admission "
+                                   f"after its gang's base ({base_uid}) was preempted, and its "
+                                   "pod ran on")
         return out
 
     def check(self) -> None:

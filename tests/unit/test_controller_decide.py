@@ -300,18 +300,44 @@ def test_pod_that_ended_and_stays_finishes_its_workload(phase, reason):
     assert action.reason == reason
 
 
-@pytest.mark.parametrize(("phase", "reason"), [
-    ("Running", a.FINISHED_POD_DELETED),
-    ("Succeeded", a.FINISHED_SUCCEEDED),
+def stopped(pod: dict, kind: str = "terminated") -> dict:
+    """What the kubelet reports once each container's process has ended."""
+    pod["status"]["containerStatuses"] = [{"name": x["name"], "state": {kind: {}}}
+                                          for x in pod["spec"]["containers"]]
+    return pod
+
+
+@pytest.mark.parametrize(("phase", "stop", "reason"), [
+    ("Running", True, a.FINISHED_POD_DELETED),
+    ("Succeeded", False, a.FINISHED_SUCCEEDED),
 ])
-def test_pod_being_deleted_takes_its_workload_along(phase, reason):
+def test_pod_being_deleted_takes_its_workload_along_once_it_has_stopped(phase, stop, reason):
     pod = o.pod(gated=False, phase=phase, ready=False, deleting=True)
+    if stop:
+        stopped(pod)
     wl = o.workload(pod, "admitted", pods_ready="True")
     (action,) = d.decide(pod, [wl], ctx())
     assert isinstance(action, a.DeleteWorkload)
     assert action.workload == wl["metadata"]["name"]
     assert action.uid == wl["metadata"]["uid"] and action.uid  # conditional on this one
     assert action.reason == reason
+
+
+@pytest.mark.parametrize("status", [None, "running", "waiting"])
+def test_pod_being_deleted_that_still_runs_keeps_its_quota(status):
+    """Issue 28: the Workload used to go as soon as the pod had a deletionTimestamp,
+    so a pod with a day-long grace period and a preStop hook ran a day outside quota
+    while KubeRay's replacement took quota of its own. It now waits until the kubelet
+    says every container has terminated (no status yet: it may run)."""
+    pod = o.pod(gated=False, phase="Running", ready=True, deleting=True)
+    if status is not None:
+        stopped(pod, status)
+    (action,) = d.decide(pod, [o.workload(pod, "admitted", pods_ready="True")], ctx())
+    assert isinstance(action, a.Wait) and "holds its quota" in action.reason
+    half = stopped(copy.deepcopy(pod))
+    half["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    half["status"]["containerStatuses"].append({"name": "sidecar", "state": {"terminated": {}}})
+    assert isinstance(d.decide(half, [o.workload(half, "admitted")], ctx())[0], a.Wait)
 
 
 def test_finished_workload_of_a_pod_being_deleted_is_left_to_the_collector():
@@ -457,9 +483,12 @@ def test_evicted_while_still_gated_is_deleted_too():
     assert isinstance(evict, a.EvictPod) and isinstance(finish, a.FinishWorkload)
 
 
-def test_evicted_pod_already_terminating_only_loses_its_workload():
+def test_evicted_pod_already_terminating_only_loses_its_workload_once_stopped():
+    # Issue 28: while it terminates it still runs, so its Workload keeps the quota.
     pod = o.pod(gated=False, phase="Running", deleting=True)
     (action,) = d.decide(pod, [o.workload(pod, "evicted")], ctx())
+    assert isinstance(action, a.Wait)
+    (action,) = d.decide(stopped(pod), [o.workload(pod, "evicted")], ctx())
     assert isinstance(action, a.DeleteWorkload)
     assert action.reason == a.FINISHED_POD_DELETED
 

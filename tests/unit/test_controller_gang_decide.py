@@ -28,6 +28,13 @@ def gang_pod(role: str, n: int, **kw: Any) -> dict[str, Any]:
     return pod
 
 
+def stopped(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the kubelet reports once every container has ended."""
+    pod["status"]["containerStatuses"] = [{"name": x["name"], "state": {"terminated": {}}}
+                                          for x in pod["spec"]["containers"]]
+    return pod
+
+
 def cluster(workers: int, **kw: Any) -> list[dict[str, Any]]:
     return [gang_pod(c.ROLE_HEAD, 0, **kw)] + [gang_pod(c.ROLE_WORKER, i + 1, **kw)
                                                for i in range(workers)]
@@ -110,22 +117,33 @@ def test_the_head_gone_requeues_the_base_whole() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     base = base_for(pods, "admitted")
     steps, _ = gd.decide_gang(pods[1:], {}, base, CTX)
+    # Issue 28: the base holds its quota while its pods still run (the evictions are only
+    # proposals the handler confirms live); it goes once they have stopped.
     assert kinds(steps) == [(pods[1]["metadata"]["name"], "EvictPod"),
-                            (pods[2]["metadata"]["name"], "EvictPod"), (None, "DeleteWorkload")]
+                            (pods[2]["metadata"]["name"], "EvictPod"), (None, "Wait")]
+    gone = [stopped(x) for x in copy.deepcopy(pods[1:])]
+    for x in gone:
+        x["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    steps, _ = gd.decide_gang(gone, {}, base, CTX)
+    assert kinds(steps) == [(None, "DeleteWorkload")]
 
 
 def test_the_head_gone_with_its_raycluster_only_deletes_the_base() -> None:
     """Deleting a RayCluster takes its pods along; evicting them first would be writes for nothing."""
     pods = cluster(2, gated=False, phase="Running", ready=True)
     base = base_for(pods, "admitted")
-    steps, _ = gd.decide_gang(pods[1:], {}, base, dataclasses.replace(CTX, cluster_gone=True))
+    gone = dataclasses.replace(CTX, cluster_gone=True)
+    # Issue 28: not while they still run; then at once.
+    assert kinds(gd.decide_gang(pods[1:], {}, base, gone)[0]) == [(None, "Wait")]
+    steps, _ = gd.decide_gang([stopped(x) for x in copy.deepcopy(pods[1:])], {}, base, gone)
     assert kinds(steps) == [(None, "DeleteWorkload")]
 
 
 def test_an_evicted_base_is_requeued_whole() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     steps, _ = gd.decide_gang(pods, {}, base_for(pods, "evicted"), CTX)
-    assert [t for _, t in kinds(steps)] == ["EvictPod"] * 3 + ["DeleteWorkload"]
+    # The base goes once its pods have stopped (issue 28), not in the same pass.
+    assert [t for _, t in kinds(steps)] == ["EvictPod"] * 3 + ["Wait"]
     assert [x.head for _, x in steps if isinstance(x, a.EvictPod)] == [True, False, False]
 
 
@@ -276,8 +294,10 @@ def test_a_preempted_base_takes_its_extras_along() -> None:
     pods = cluster(3, gated=False, phase="Running", ready=True)
     own = {pods[3]["metadata"]["uid"]: o.workload(pods[3], "admitted")}
     steps, _ = gd.decide_gang(pods, own, base_for(pods, "evicted"), CTX)
+    # Proposed for every pod; the handler deletes only the base pods (the extra's own
+    # Workload is not Kueue's eviction: it is reported). The base waits for them to stop.
     assert kinds(steps) == [(x["metadata"]["name"], "EvictPod") for x in pods] + [
-        (None, "DeleteWorkload")]
+        (None, "Wait")]
 
 
 def test_the_raycluster_cache_keeps_what_the_base_follows() -> None:

@@ -80,19 +80,28 @@ def test_a_worker_seen_after_its_base_in_the_same_second_queues_on_its_own() -> 
     assert [x for x in pods if gated(world, x)] == []
 
 
-def test_a_pod_past_the_gate_with_no_slot_is_evicted_with_an_event_and_counted() -> None:
+def test_a_pod_past_the_gate_with_no_slot_is_reported_on_it_and_its_raycluster_not_killed() -> None:
+    """Issue 28: such a pod used to be deleted. Nothing proves it must go (no Workload of
+    its own that Kueue evicted or left unadmitted): it is kept, and said so once, on the
+    pod and on its RayCluster, and counted."""
     world, (ctl, recorder), _ = started_gang()
-    before = counter("raykueue_pods_evicted_total", role="worker", reason=a.GANG_UNCOVERED)
+    before = counter("raykueue_pod_removals_total", cause=a.GANG_UNCOVERED, outcome="not_proven")
+    deleted = counter("raykueue_pods_evicted_total", role="worker", reason=a.GANG_UNCOVERED)
     intruder = gang_pod(c.ROLE_WORKER, "00000000-0000-4000-8000-0000000000ff")
     intruder["spec"].pop("schedulingGates")  # past the gate without raykueue
     world.put("pods", intruder)
     drain(ctl, world)
-    assert world.get_obj("pods", NS, intruder["metadata"]["name"]) is None
-    assert [e[2] for e in recorder.events if e[1] == intruder["metadata"]["name"]] == ["Evicted"]
+    assert world.get_obj("pods", NS, intruder["metadata"]["name"]) is not None
+    assert ("delete", "pods") not in world.writes()
+    name = intruder["metadata"]["name"]
+    told = [(e[0], e[2]) for e in recorder.events if name in (e[1], e[3].split(":")[0][4:])]
+    assert told == [("Pod", "RemovalNotProven"), ("RayCluster", "RemovalNotProven")], told
+    assert counter("raykueue_pod_removals_total", cause=a.GANG_UNCOVERED,
+                   outcome="not_proven") >= before + 1
     assert counter("raykueue_pods_evicted_total", role="worker",
-                   reason=a.GANG_UNCOVERED) == before + 1
-    # The base pods stay, released; one eviction, not one per pass.
-    assert len([x for x in world.of("pods") if not gated(world, x)]) == 3
+                   reason=a.GANG_UNCOVERED) == deleted
+    # The base pods stay, released.
+    assert len([x for x in world.of("pods") if not gated(world, x)]) == 4
 
 
 def p_uid(pod: dict[str, Any]) -> str:

@@ -191,9 +191,17 @@ def test_the_pods_final_delete_does_not_delete_its_workload_again():
         while (key := ctl.queue.get(timeout=0)) is not None:
             ctl.process(key)
 
-    # The autoscaler deletes the pod: first its grace period ...
+    # The autoscaler deletes the pod: first its grace period, while it still runs
+    # (issue 28: its Workload keeps the quota until it has stopped) ...
     going = copy.deepcopy(world.get_obj("pods", NS, head["metadata"]["name"]))
     going["metadata"]["deletionTimestamp"] = "2026-12-02T09:44:00Z"
+    world.put("pods", going)
+    only_pods_arrive()
+    assert world.get_obj("workloads", NS, wl_name(head)) is not None
+    # ... the kubelet reports its containers terminated: the quota goes ...
+    going = copy.deepcopy(going)
+    going["status"]["containerStatuses"] = [{"name": x["name"], "state": {"terminated": {}}}
+                                            for x in going["spec"]["containers"]]
     world.put("pods", going)
     only_pods_arrive()
     assert world.get_obj("workloads", NS, wl_name(head)) is None
@@ -481,7 +489,10 @@ def test_eviction_condition_event_delete_then_finish(caplog):
     assert world.writes() == [("apply", "pods/status"), ("delete", "pods"),
                               ("apply", "workloads/status")]
     assert seen == [(c.EVICTED_CONDITION, "Preempted")]
-    assert [(kind, reason) for kind, _, reason, _ in recorder.events] == [("Pod", "Evicted")]
+    # Issue 28: the same Event on the pod and on its RayCluster, with the evidence.
+    assert [(kind, reason) for kind, _, reason, _ in recorder.events] == [
+        ("Pod", "Evicted"), ("RayCluster", "Evicted")]
+    assert all("Evidence (KueueEvicted)" in e[3] for e in recorder.events)
     assert world.get_obj("pods", NS, worker["metadata"]["name"]) is None
     cond = w.condition(world.get_obj("workloads", NS, wl_name(worker)), w.FINISHED)
     assert cond["reason"] == a.FINISHED_EVICTED

@@ -55,8 +55,11 @@ def test_a_trimmed_running_pod_keeps_what_decisions_read_and_drops_the_rest():
     assert p.node_selector(slim) == {"pool": "a100"}
     assert p.tolerations(slim) == p.tolerations(whole)
     assert "managedFields" not in slim["metadata"]
-    assert set(slim["spec"]) <= {"schedulingGates", "nodeSelector", "tolerations"}
-    assert "containerStatuses" not in slim["status"]
+    # nodeName and each container's state kind stay (issue 28: a pod being deleted
+    # holds its quota until it has stopped, removal.has_stopped); the rest goes.
+    assert set(slim["spec"]) <= {"schedulingGates", "nodeSelector", "tolerations", "nodeName"}
+    assert slim["status"]["containerStatuses"] == [{"state": {"running": {}}}] * len(
+        whole["spec"]["containers"])
     assert [x["type"] for x in slim["status"]["conditions"]] == ["Ready"]
     # Nothing builds a Workload for a pod past the gate: its spec is not kept.
     assert slim.spec_json is None
