@@ -142,11 +142,8 @@ WARN_NO_QUEUE: Final = "NoQueue"
 WARN_FINISHED_WHILE_GATED: Final = "WorkloadFinished"
 WARN_UNGATED_NOT_ADMITTED: Final = "RunningWithoutAdmission"
 WARN_LABEL_REMOVED: Final = "ManagedByLabelRemoved"
-# Eviction reason (event, metric) of a pod that ran past our gate and lost its
-# Workload (deleted by hand): Kueue no longer counted it.
-EVICTED_WORKLOAD_DELETED: Final = "WorkloadDeleted"
 # A pod past the gate whose own Workload stayed not admitted past the grace.
 OUTSIDE_QUOTA: Final = "OutsideQuota"
 # Evictions raykueue decides itself (every other reason is Kueue's).
 OWN_EVICTIONS: Final = frozenset({GANG_REQUEUED, GANG_UNCOVERED, CONFLICT_FORGED_WORKLOAD,
-                                  EVICTED_WORKLOAD_DELETED, OUTSIDE_QUOTA})
+                                  OUTSIDE_QUOTA})
