@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--controller-identity", dest="controller_identities", action="append",
                        help="username allowed to lift the gate (repeatable)")
     serve.add_argument("--log-level")
+    serve.add_argument("--log-format", choices=["auto", "json", "text"],
+                       help="auto (default): text on a terminal, JSON otherwise")
 
     explain = sub.add_parser("explain", help="say why a pod is still gated")
     explain.add_argument("pod")
@@ -185,7 +187,7 @@ def serve(settings: Settings, flags: Collection[str] = ()) -> int:
     from raykueue.app import logs, runtime
     from raykueue.kube.client import ClusterConfigError
 
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format)
     # Bound first: a taken port fails before anything starts or says it serves.
     listener = bind(settings.host, settings.port, flags)
     try:

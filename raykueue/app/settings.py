@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     ca_trust_settle_seconds: float = 5.0
     # DEBUG, INFO, WARNING or ERROR; DEBUG logs every controller decision.
     log_level: str = "INFO"
+    # json: one object per line for a log pipeline; text: key=value lines for a
+    # person; auto: text when stderr is a terminal, else JSON (always JSON in a pod).
+    log_format: Literal["auto", "json", "text"] = "auto"
     # Seconds an idle client connection stays open (uvicorn's own default is 5).
     # The API server keeps its idle webhook connections 90 s (client-go's
     # transport takes IdleConnTimeout from Go's http.DefaultTransport; where, in
