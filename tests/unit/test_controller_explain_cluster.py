@@ -111,3 +111,14 @@ def test_an_adopted_pod_is_read_in_its_annotated_queue() -> None:
     assert "LocalQueue team-a -> ClusterQueue" in explain(facts(pod), CQ, LQ)
     assert describe(facts(pod))["queue"] == "team-a"
     assert ec.summarise("team-a", CLUSTER, None, [pod], [], lambda _: None, {})["queue"] == "team-a"
+
+
+def test_the_cli_reads_a_kind_and_a_name_or_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raykueue.app import cli
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(cli, "explain", lambda *a, **kw: calls.append((a, kw)) or 0)
+    cli.main(["explain", "raycluster", "rc", "-n", "team-a", "-o", "json"])
+    cli.main(["explain", "rc-head-abcde"])
+    assert calls[0] == (("raycluster", "team-a", None), {"name": "rc", "output": "json"})
+    assert calls[1][0][0] == "rc-head-abcde" and calls[1][1] == {"name": None, "output": "text"}
