@@ -23,7 +23,7 @@ from raykueue.controller.live import ApiSource, get, items
 from raykueue.controller.verdict import verdict
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import queue_of, role_of
+from raykueue.core.pods import role_of
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 
@@ -90,7 +90,7 @@ def _explain(facts: Facts, shown: Obj | None, cluster_queue: Obj | None,
 
     if workload is None:
         lines.append("  Workload:   none")
-        _queue_lines(lines, queue_of(pod), local_queue, cluster_queue)
+        _queue_lines(lines, w.pod_queue(pod), local_queue, cluster_queue)
         priority = labels(pod).get(c.PRIORITY_CLASS_LABEL)
         lines.append(f"  priority:   {priority or 'none'} (label {c.PRIORITY_CLASS_LABEL})")
         return "\n".join(lines)
@@ -166,7 +166,7 @@ def describe(facts: Facts, cluster_queue: Obj | None = None, local_queue: Obj | 
         "role": role_of(pod), "rayCluster": p.cluster(pod), "gated": p.is_gated(pod),
         "verdict": {"reason": said.reason, "text": said.text},
         "gang": gang, "duplicates": [p.name(x) for x in found.duplicates],
-        "queue": w.queue_name(workload) if workload is not None else queue_of(pod),
+        "queue": w.queue_name(workload) if workload is not None else w.pod_queue(pod),
         "localQueue": _queue_data(local_queue), "clusterQueue": _queue_data(cluster_queue),
         "workload": None, "position": None, "kueueSetup": list(setup_notes),
     }
@@ -223,7 +223,7 @@ def _read(rest: Rest, namespace: str, name: str) -> str | Facts | tuple[Facts, d
     if gang is not None and shown is None:
         shown = gang[1]  # a base pod: the base is what Kueue queues for it
 
-    queue = w.queue_name(shown) if shown is not None else queue_of(pod)
+    queue = w.queue_name(shown) if shown is not None else w.pod_queue(pod)
     local_queue = get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(namespace, queue)
                       ) if queue else None
     cq_name = (adm.cluster_queue(shown) if shown is not None else None) or (

@@ -22,7 +22,7 @@ from raykueue.controller.facts import Facts, gather
 from raykueue.controller.live import ApiSource, get, items
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, annotations, labels
-from raykueue.core.pods import queue_of, role_of
+from raykueue.core.pods import role_of
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 
@@ -95,7 +95,7 @@ def summarise(namespace: str, name: str, cluster: Obj | None, pods: Sequence[Obj
     queue = None
     if cluster is not None:
         queue = annotations(cluster).get(c.QUEUE_ANNOTATION) or labels(cluster).get(c.QUEUE_LABEL)
-    queue = queue or next((q for q in map(queue_of, pods) if q), None)
+    queue = queue or next((q for q in map(w.pod_queue, pods) if q), None)
     status = (local_queue or {}).get("status") or {}
     return {
         "kind": c.RAYCLUSTER_KIND, "namespace": namespace, "name": name,
@@ -178,7 +178,7 @@ def explain_raycluster(rest: Rest, namespace: str, name: str) -> dict[str, Any]:
 
     summary_queue = (annotations(cluster or {}).get(c.QUEUE_ANNOTATION)
                      or labels(cluster or {}).get(c.QUEUE_LABEL)
-                     or next((q for q in map(queue_of, pods) if q), None))
+                     or next((q for q in map(w.pod_queue, pods) if q), None))
     local_queue = get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(
         namespace, summary_queue)) if summary_queue else None
     ours = [x for x in workloads if labels(x).get(c.CLUSTER_LABEL) == name]

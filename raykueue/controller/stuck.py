@@ -23,10 +23,10 @@ from raykueue.controller import actions as a
 from raykueue.controller import metrics as m
 from raykueue.controller import pods as p
 from raykueue.controller import verdict as v
+from raykueue.controller import workload as w
 from raykueue.controller.facts import Facts
 from raykueue.core.clock import parse_time
 from raykueue.core.objects import Obj, metadata
-from raykueue.core.pods import queue_of
 from raykueue.kube.events import WARNING
 
 log = logging.getLogger("raykueue.controller.stuck")
@@ -37,7 +37,7 @@ EVENT_REASON: Final = "GatedWithoutWorkload"
 @dataclass(frozen=True, slots=True)
 class Gated:
     pod: Obj
-    queue: str  # "" when the pod has no queue (label or annotation, `pods.queue_of`)
+    queue: str  # "" when the pod has no queue (label or annotation, `workload.pod_queue`)
     reason: str  # one of verdict.REASONS
     age: float  # seconds since the pod was created
     facts: Facts | None = None  # what the reason was read from
@@ -70,7 +70,7 @@ def gated(pods: Iterable[Obj], facts_of: Callable[[Obj], Facts], now: float) -> 
         facts = facts_of(pod)
         created = parse_time(metadata(pod).get("creationTimestamp"))
         age = max(now - created.timestamp(), 0.0) if created is not None else 0.0
-        out.append(Gated(pod, queue_of(pod) or "", v.reason(facts), age, facts))
+        out.append(Gated(pod, w.pod_queue(pod) or "", v.reason(facts), age, facts))
     return out
 
 

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, annotations, gate_names, labels, metadata, ref_group
+from raykueue.core.objects import Obj, gate_names, labels, metadata, ref_group
 
 
 def role_of(pod: Obj) -> str | None:
     """`head` or `worker` for the pods raykueue manages, None for any other."""
     role = labels(pod).get(c.NODE_TYPE_LABEL)
     return role if role in c.MANAGED_ROLES else None
-
-
-def queue_of(pod: Obj) -> str | None:
-    """The pod's LocalQueue: the label the webhook writes at creation, else the
-    annotation `raykueue.io/queue-name` an adopted pod carries (Kueue's pod
-    webhook refuses the label on a running pod). Same rule as the adopt
-    branch's `workload.pod_queue`, kept here for the readers that only report."""
-    return labels(pod).get(c.QUEUE_LABEL) or annotations(pod).get(c.QUEUE_ANNOTATION) or None
 
 
 def kueue_claims(pod: Obj) -> str | None:
