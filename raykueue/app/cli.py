@@ -48,9 +48,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--controller-identity", dest="controller_identities", action="append",
                        help="username allowed to lift the gate (repeatable)")
     serve.add_argument("--log-level")
+    serve.add_argument("--log-format", choices=["auto", "json", "text"],
+                       help="auto (default): text on a terminal, JSON otherwise")
 
-    explain = sub.add_parser("explain", help="say why a pod is still gated")
-    explain.add_argument("pod")
+    explain = sub.add_parser(
+        "explain", help="say why a pod is still gated, or summarise a Ray cluster",
+        description="`explain POD` (or `explain pod POD`): one pod's gate, Workload and place in "
+        "the queue. `explain raycluster NAME`: the cluster's workers running, waiting for quota "
+        "(and where in the queue), waiting for their head, and evicted (and why).")
+    explain.add_argument("pod", metavar="POD|pod|raycluster")
+    explain.add_argument("name", nargs="?", help="the pod's or RayCluster's name, after a kind")
+    explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
     explain.add_argument("-n", "--namespace",
                          help="the pod's namespace (default: the kubeconfig context's, as kubectl)")
     explain.add_argument("--kubeconfig")
@@ -142,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         return certs(args)
     if args.command in ("uninstall", "handback"):
         return uninstall(args)
-    return explain(args.pod, args.namespace, args.kubeconfig)
+    return explain(args.pod, args.namespace, args.kubeconfig, name=args.name, output=args.output)
 
 
 def uvicorn_config(settings: Settings, app: Any, context: ssl.SSLContext) -> uvicorn.Config:
@@ -185,7 +193,7 @@ def serve(settings: Settings, flags: Collection[str] = ()) -> int:
     from raykueue.app import logs, runtime
     from raykueue.kube.client import ClusterConfigError
 
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format)
     # Bound first: a taken port fails before anything starts or says it serves.
     listener = bind(settings.host, settings.port, flags)
     try:
@@ -207,9 +215,18 @@ def serve(settings: Settings, flags: Collection[str] = ()) -> int:
         listener.close()
 
 
-def explain(pod: str, namespace: str | None, kubeconfig: str | None) -> int:
+_EXPLAIN_KINDS = {"pod": "pod", "pods": "pod", "po": "pod",
+                  "raycluster": "raycluster", "rayclusters": "raycluster"}
+
+
+def explain(pod: str, namespace: str | None, kubeconfig: str | None, *, name: str | None = None,
+            output: str = "text") -> int:
+    """`explain POD`, `explain pod POD` or `explain raycluster NAME`."""
+    import orjson
+
     from raykueue.app.kubecontext import context_namespace
-    from raykueue.controller.explain import explain_pod
+    from raykueue.controller.explain import describe_pod, explain_pod
+    from raykueue.controller.explain_cluster import explain_raycluster, render
     from raykueue.kube.client import load_api_client
     from raykueue.kube.rest import Rest
 
@@ -225,6 +242,22 @@ def explain(pod: str, namespace: str | None, kubeconfig: str | None) -> int:
     rest = Rest(api)
     notes = [f"{f.kind}: {f.message}"
              for f in read_findings(rest, settings.kueue_namespace, settings.kueue_config_map)]
+    kind = "pod"
+    if name is not None:
+        if pod.lower() not in _EXPLAIN_KINDS:
+            print(f"raykueue explain: kind {pod!r}: pod or raycluster", file=sys.stderr)
+            return 2
+        kind, pod = _EXPLAIN_KINDS[pod.lower()], name
+    if kind == "raycluster":
+        summary = explain_raycluster(rest, namespace, pod)
+        summary["kueueSetup"] = notes
+        print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() if output == "json"
+              else render(summary) + "".join(f"\n  Kueue setup: {n}" for n in notes))
+        return 0 if summary["found"] or summary["pods"] else 1
+    if output == "json":
+        described = describe_pod(rest, namespace, pod, setup_notes=notes)
+        print(orjson.dumps(described, option=orjson.OPT_INDENT_2).decode())
+        return 0 if described["found"] else 1
     print(explain_pod(rest, namespace, pod, setup_notes=notes))
     return 0
 

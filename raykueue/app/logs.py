@@ -1,4 +1,6 @@
-"""One JSON object per log line, so a cluster's log pipeline can index decisions."""
+"""Log lines: one JSON object per line in a pod, so a cluster's log pipeline can
+index decisions; `key=value` text on a terminal, for a person
+(RAYKUEUE_LOG_FORMAT=auto|json|text, auto = text when stderr is a TTY)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -33,6 +35,31 @@ def _timestamp(created: float) -> str:
     return f"{_second(second)}.{int((created - second) * 1000):03d}Z"
 
 
+Format = Literal["auto", "json", "text"]
+# Set by `configure`; DecisionLog, which bypasses the handlers, follows it.
+_text = False
+
+
+def resolve(fmt: str, stream: Any) -> Literal["json", "text"]:
+    """`auto` is text for a person at a terminal and JSON for a log pipeline
+    (a pod's stderr is a pipe or file, never a TTY)."""
+    if fmt == "auto":
+        isatty = getattr(stream, "isatty", None)
+        return "text" if callable(isatty) and isatty() else "json"
+    if fmt not in ("json", "text"):
+        raise ValueError(f"log format {fmt!r}: auto, json or text")
+    return fmt  # type: ignore[return-value]
+
+
+def _extra(record: logging.LogRecord) -> dict[str, object]:
+    fields = record.__dict__.get("fields")
+    if isinstance(fields, dict):
+        # The hot path (one line per admission) passes its fields as one dict.
+        return fields
+    return {key: value for key, value in record.__dict__.items()
+            if key not in _STANDARD and not key.startswith("_")}
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -41,25 +68,44 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        fields = record.__dict__.get("fields")
-        if isinstance(fields, dict):
-            # The hot path (one line per admission) passes its fields as one dict.
-            entry.update(fields)
-        else:
-            for key, value in record.__dict__.items():
-                if key not in _STANDARD and not key.startswith("_"):
-                    entry[key] = value
+        entry.update(_extra(record))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()
 
 
+def _text_line(created: float, level: str, logger: str, msg: str,
+               fields: dict[str, object]) -> str:
+    # Time of day only: a person reading a terminal knows the date.
+    pairs = "".join(f" {key}={_value(value)}" for key, value in fields.items())
+    return f"{_timestamp(created)[11:]} {level.upper():<7} {logger}: {msg}{pairs}"
+
+
+def _value(value: object) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    # Quoted only when needed, so `pod=team-a/head` stays greppable as written.
+    return orjson.dumps(text).decode() if not text or any(ch in text for ch in ' "=\n') else text
+
+
+class TextFormatter(logging.Formatter):
+    """`HH:MM:SS.mmmZ LEVEL logger: message key=value ...`, the JSON line's content."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = _text_line(record.created, record.levelname, record.name, record.getMessage(),
+                          _extra(record))
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
 def configured() -> bool:
-    """Whether `configure` set up the JSON handler (a failure is then reported as a JSON line)."""
-    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+    """Whether `configure` set up raykueue's handler (a failure is then reported as a log
+    line, JSON or text as configured)."""
+    return any(isinstance(h.formatter, (JsonFormatter, TextFormatter))
+               for h in logging.getLogger().handlers)
 
 
-def configure(level: str) -> None:
+def configure(level: str, fmt: str = "auto") -> None:
     # The logging HOWTO's documented savings: no caller lookup (a stack walk
     # per record), no thread or process names. An admission decision is tens
     # of microseconds; these would double it.
@@ -67,8 +113,10 @@ def configure(level: str) -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
+    global _text
+    _text = resolve(fmt, sys.stderr) == "text"
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if _text else JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -96,8 +144,12 @@ class DecisionLog:
     def emit(self, msg: str, fields: dict[str, Any]) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        entry = {"time": _timestamp(time.time()), "level": "info", "logger": self.logger.name,
-                 "msg": msg, **fields}
+        if _text:
+            line = (_text_line(time.time(), "info", self.logger.name, msg, fields) + "\n").encode()
+        else:
+            entry = {"time": _timestamp(time.time()), "level": "info", "logger": self.logger.name,
+                     "msg": msg, **fields}
+            line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
         # A closed or full stderr must not fail an admission.
         with contextlib.suppress(OSError):
-            os.write(self.fd, orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE))
+            os.write(self.fd, line)

@@ -6,6 +6,9 @@ default registry, so both appear on one page.
 
 from __future__ import annotations
 
+import platform
+from importlib import metadata
+
 from prometheus_client import Counter, Gauge, Histogram
 
 ADMISSION_REQUESTS = Counter(
@@ -42,3 +45,20 @@ TLS_HANDSHAKES = Counter(
     "TLS handshakes begun (ClientHellos received). The API server reuses an idle "
     "connection for 90 s; many per thousand reviews mean connections are not kept alive.",
 )
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+BUILD_INFO = Gauge(
+    "raykueue_build_info",
+    "Always 1; its labels say which raykueue, Python and Kubernetes client a replica runs, "
+    "so a dashboard can tell replicas of two versions apart during a rollout.",
+    ["version", "python", "kubernetes_client"],
+)
+BUILD_INFO.labels(version=_version("raykueue"), python=platform.python_version(),
+                  kubernetes_client=_version("kubernetes")).set(1)

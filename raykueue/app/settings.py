@@ -24,11 +24,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAYKUEUE_", extra="ignore")
 
     # --- serving ---------------------------------------------------------------
+    # Address the HTTPS listener binds; 0.0.0.0 in a pod, 127.0.0.1 to keep a dev server local.
     host: str = "0.0.0.0"
+    # HTTPS port of the webhooks and /metrics; change it with the Service's targetPort.
     port: int = 9443
+    # Holds tls.crt/tls.key (mounted or generated); point it at a writable or mounted directory.
     cert_dir: Path = Path("certs-local")
     # SANs of a generated serving certificate; ignored when tls.crt is given.
     dns_names: CommaList = Field(default_factory=lambda: ["localhost"])
+    # IP SANs of a generated serving certificate; add the address the API server calls if not by DNS.
     ip_addresses: CommaList = Field(default_factory=lambda: ["127.0.0.1"])
     # An AdmissionReview holds the object and, on update, the old one; etcd
     # caps an object at 1.5 MiB, so 4 MiB leaves room and stops abuse.
@@ -42,19 +46,26 @@ class Settings(BaseSettings):
     # in whatever namespace raykueue is installed. Together they name the
     # controller identity unless controller_identities is set.
     pod_namespace: str = c.DEFAULT_NAMESPACE
+    # The ServiceAccount this pod runs as (see pod_namespace); names the default controller identity.
     service_account: str = c.DEFAULT_SERVICE_ACCOUNT
+    # How often each replica rereads cert_secret; lower it for faster pickup of a rotation.
     cert_secret_poll_seconds: float = 10.0
     # Write our CA into the three webhook configurations' caBundle (in-cluster
     # installs; tests register their own webhooks with the CA they generated).
     # With cert_secret only the leader writes; a reset caBundle is put back
     # within min(cert_secret_poll_seconds, ca_bundle_interval_seconds).
     inject_ca_bundle: bool = False
+    # How often the webhook configurations' caBundle is checked and put back if reset.
     ca_bundle_interval_seconds: float = 60.0
     # A CA rotation reissues the serving pair only after every configuration's
     # caBundle has held the new CA this long (the API server applies a
     # changed configuration through a watch, a moment after our read-back).
     ca_trust_settle_seconds: float = 5.0
+    # DEBUG, INFO, WARNING or ERROR; DEBUG logs every controller decision.
     log_level: str = "INFO"
+    # json: one object per line for a log pipeline; text: key=value lines for a
+    # person; auto: text when stderr is a terminal, else JSON (always JSON in a pod).
+    log_format: Literal["auto", "json", "text"] = "auto"
     # Seconds an idle client connection stays open (uvicorn's own default is 5).
     # The API server keeps its idle webhook connections 90 s (client-go's
     # transport takes IdleConnTimeout from Go's http.DefaultTransport; where, in
@@ -72,10 +83,12 @@ class Settings(BaseSettings):
     switch_interval_ms: float = Field(default=0.5, gt=0)
 
     # --- cluster ---------------------------------------------------------------
+    # Cluster to watch outside a pod; unset: KUBECONFIG, the in-cluster account, then ~/.kube/config.
     kubeconfig: str | None = None
     # When False the server never contacts a cluster, even if one is configured
     # (admission-only). Left True with no cluster configured it is admission-only too.
     cluster: bool = True
+    # How long the first call to the API server may take before it counts as not answering.
     probe_timeout_seconds: float = 3.0
     # A configured cluster (in a pod, or a kubeconfig) that does not answer is asked
     # again, with exponential backoff up to this many seconds, for as long as it
@@ -85,7 +98,9 @@ class Settings(BaseSettings):
     cache_sync_timeout_seconds: float = 60.0
 
     # --- admission policy ------------------------------------------------------
+    # WorkloadPriorityClass given to a head pod that names none; heads should outrank workers.
     head_priority_class: str = c.DEFAULT_HEAD_PRIORITY_CLASS
+    # WorkloadPriorityClass given to a worker pod that names none.
     worker_priority_class: str = c.DEFAULT_WORKER_PRIORITY_CLASS
     # WorkloadPriorityClasses only heads may name (a worker pod or worker group
     # template naming one is denied). Empty: the head class alone.
@@ -96,11 +111,15 @@ class Settings(BaseSettings):
     controller_identities: CommaList = Field(default_factory=list)
     # Off by default: also set the pod's Kubernetes PriorityClass.
     set_pod_priority: bool = False
+    # Kubernetes PriorityClass for heads when set_pod_priority is on.
     head_pod_priority_class: str = "ray-head"
+    # Kubernetes PriorityClass for workers when set_pod_priority is on.
     worker_pod_priority_class: str = "ray-worker"
 
     # --- controller ------------------------------------------------------------
+    # Run the controller in this process; off when another deployment runs it (webhooks only).
     controller: bool = True
+    # Workers wait for their head's admission before getting Workloads; off lets them queue at once.
     head_first: bool = True
     # Write PodsReady on Workloads: "auto" follows Kueue's waitForPodsReady as
     # its Configuration says (on in Kueue v1beta2 unless its DisableWaitForPodsReady
@@ -112,8 +131,11 @@ class Settings(BaseSettings):
     # a worker waiting for quota is then kept, not recycled. 0 turns it off.
     autoscaler_allocate_timeout_seconds: int = 86400
     # --- Kueue beside us (read, never written) -----------------------------------
+    # Namespace of Kueue's manager, whose ConfigMap is read to detect overlaps.
     kueue_namespace: str = "kueue-system"
+    # Name of Kueue's manager ConfigMap (Helm installs may rename it).
     kueue_config_map: str = "kueue-manager-config"
+    # Reconcile threads; raise for thousands of pods, at the cost of more API calls at once.
     controller_workers: int = 4
     # Every managed pod is reconciled again this often, a safety net for a
     # missed watch event.
@@ -122,6 +144,7 @@ class Settings(BaseSettings):
     # Warning Event saying why; raykueue_gated_pod_oldest_age_seconds is refreshed
     # every stuck_interval_seconds.
     stuck_grace_seconds: float = 120.0
+    # How often the stuck-gates gauge is refreshed and overdue pods are looked at.
     stuck_interval_seconds: float = 15.0
     # The leader looks this often (and on each RayCluster event) for opted-in
     # RayClusters with unstamped templates or running pods raykueue does not
@@ -135,17 +158,21 @@ class Settings(BaseSettings):
     # (Kueue evicted their Workload, or outside quota past the grace). "report":
     # no pod is ever deleted; each removal becomes an Event and a metric only.
     enforcement: Literal["enforce", "report"] = "enforce"
+    # Hold a Lease before running the controller; off only with a single replica.
     leader_election: bool = True
     # Where the Lease lives. Unset: the pod's own namespace in-cluster (the
     # manifests set it from the downward API), else "default", so that
     # `raykueue serve` against a dev cluster leads without any setup.
     lease_namespace: str | None = None
+    # Name of the controller's Lease; change it to run two installs in one namespace.
     lease_name: str = "raykueue-controller"
     # Failover takes up to lease_seconds + retry_seconds after a leader dies
     # without releasing the Lease; a graceful stop releases it at once.
     # Same defaults as client-go's leader election.
     lease_seconds: int = 15
+    # Deadline for the leader to renew its Lease (see lease_seconds).
     renew_seconds: float = 10.0
+    # How often a follower tries to take the Lease (see lease_seconds).
     retry_seconds: float = 2.0
 
     @property

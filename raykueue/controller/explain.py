@@ -1,4 +1,4 @@
-"""`raykueue explain POD`: why a pod is still gated, in words.
+"""`raykueue explain POD`: why a pod is still gated, in words (or, `-o json`, as data).
 
 `explain` is pure: it renders the facts the caller gathered. `explain_pod`
 gathers them live (`live.ApiSource`: a handful of GETs and LISTs, as the CLI's
@@ -90,7 +90,7 @@ def _explain(facts: Facts, shown: Obj | None, cluster_queue: Obj | None,
 
     if workload is None:
         lines.append("  Workload:   none")
-        _queue_lines(lines, labels(pod).get(c.QUEUE_LABEL), local_queue, cluster_queue)
+        _queue_lines(lines, w.pod_queue(pod), local_queue, cluster_queue)
         priority = labels(pod).get(c.PRIORITY_CLASS_LABEL)
         lines.append(f"  priority:   {priority or 'none'} (label {c.PRIORITY_CLASS_LABEL})")
         return "\n".join(lines)
@@ -129,6 +129,82 @@ def _explain(facts: Facts, shown: Obj | None, cluster_queue: Obj | None,
 
 def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str] = ()) -> str:
     """Read what `explain` needs, as the calling user, and render it."""
+    read = _read(rest, namespace, name)
+    if isinstance(read, str):
+        return read
+    if isinstance(read, Facts):
+        return explain(read) + "\n  Kueue:      kueue.x-k8s.io is not served; is Kueue installed?"
+    facts, kwargs = read
+    return explain(facts, **kwargs, setup_notes=setup_notes)
+
+
+def describe_pod(rest: Rest, namespace: str, name: str,
+                 setup_notes: Sequence[str] = ()) -> dict[str, Any]:
+    """What `explain_pod` says, as data (`raykueue explain POD -o json`)."""
+    read = _read(rest, namespace, name)
+    if isinstance(read, str):
+        return {"kind": "Pod", "namespace": namespace, "name": name, "found": False}
+    if isinstance(read, Facts):
+        return {**describe(read, setup_notes=setup_notes), "kueue": "not served"}
+    facts, kwargs = read
+    return describe(facts, **kwargs, setup_notes=setup_notes)
+
+
+def describe(facts: Facts, cluster_queue: Obj | None = None, local_queue: Obj | None = None, *,
+             shown: Obj | None = None, queue_peers: Sequence[Obj] = (),
+             kueue_position: Obj | None = None, setup_notes: Sequence[str] = (),
+             gang: str | None = None) -> dict[str, Any]:
+    """The facts `explain` words, as data: the same inputs, the same verdict."""
+    pod = facts.pod
+    assert pod is not None, "describe is of a pod"
+    ns, name = p.key(pod)
+    found = claims(pod, facts.workloads)
+    workload = shown or found.current or next(iter(found.foreign), None)
+    said = verdict(facts)
+    out: dict[str, Any] = {
+        "kind": "Pod", "namespace": ns, "name": name, "found": True,
+        "role": role_of(pod), "rayCluster": p.cluster(pod), "gated": p.is_gated(pod),
+        "verdict": {"reason": said.reason, "text": said.text},
+        "gang": gang, "duplicates": [p.name(x) for x in found.duplicates],
+        "queue": w.queue_name(workload) if workload is not None else w.pod_queue(pod),
+        "localQueue": _queue_data(local_queue), "clusterQueue": _queue_data(cluster_queue),
+        "workload": None, "position": None, "kueueSetup": list(setup_notes),
+    }
+    if workload is None:
+        out["priority"] = {"class": labels(pod).get(c.PRIORITY_CLASS_LABEL), "value": None}
+        return out
+    out["priority"] = {"class": w.priority_class_name(workload), "value": w.priority_value(workload)}
+    out["workload"] = {
+        "name": p.name(workload), "apiVersion": workload.get("apiVersion"), "ours": w.is_ours(workload),
+        "state": _state(workload), "clusterQueue": adm.cluster_queue(workload),
+        "flavors": adm.assigned_flavors(workload),
+        "conditions": [{k: x.get(k) for k in ("type", "status", "reason", "message")}
+                       for x in w.conditions(workload) if x.get("type") in _KUEUE_CONDITIONS]}
+    if kueue_position is not None and _pending(workload):
+        out["position"] = {"localQueue": int(kueue_position.get("positionInLocalQueue", 0)) + 1,
+                           "clusterQueue": int(kueue_position.get("positionInClusterQueue", 0)) + 1,
+                           "estimated": False}
+    else:
+        position = queue_position(workload, queue_peers)
+        if position is not None:
+            out["position"] = {"localQueue": position[0], "pending": position[1],
+                               "clusterQueue": None, "estimated": True}
+    return out
+
+
+def _queue_data(queue: Obj | None) -> dict[str, Any] | None:
+    if queue is None:
+        return None
+    status = queue.get("status") or {}
+    return {"name": p.name(queue), "clusterQueue": (queue.get("spec") or {}).get("clusterQueue"),
+            "pending": status.get("pendingWorkloads"), "reserving": status.get("reservingWorkloads"),
+            "admitted": status.get("admittedWorkloads")}
+
+
+def _read(rest: Rest, namespace: str, name: str) -> str | Facts | tuple[Facts, dict[str, Any]]:
+    """What explain reads, as the calling user: a message if the pod is not
+    there, its bare facts if Kueue is not served, else the facts and the rest
+    of `explain`'s arguments."""
     try:
         pod = rest.get(r.PODS.path(namespace, name))
     except ApiError as exc:
@@ -137,8 +213,7 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
         raise
     version = next((v for v in w.VERSIONS if v in r.served_versions(rest, c.KUEUE_GROUP)), None)
     if version is None:
-        return (explain(Facts(pod, [], d.Context()))
-                + "\n  Kueue:      kueue.x-k8s.io is not served; is Kueue installed?")
+        return Facts(pod, [], d.Context())
     workloads = items(rest.get(r.crd(c.KUEUE_GROUP, version, "workloads").path(namespace)))
     # head_first as the controller's default; the CLI cannot see the server's setting.
     facts = gather(ApiSource(rest, version, workloads), pod, d.Context(version=version))
@@ -148,7 +223,7 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
     if gang is not None and shown is None:
         shown = gang[1]  # a base pod: the base is what Kueue queues for it
 
-    queue = w.queue_name(shown) if shown is not None else labels(pod).get(c.QUEUE_LABEL)
+    queue = w.queue_name(shown) if shown is not None else w.pod_queue(pod)
     local_queue = get(rest, r.crd(c.KUEUE_GROUP, version, "localqueues").path(namespace, queue)
                       ) if queue else None
     cq_name = (adm.cluster_queue(shown) if shown is not None else None) or (
@@ -156,9 +231,9 @@ def explain_pod(rest: Rest, namespace: str, name: str, setup_notes: Sequence[str
     cluster_queue = get(rest, r.crd(c.KUEUE_GROUP, version, "clusterqueues",
                                     namespaced=False).path(None, cq_name)) if cq_name else None
     kueue_position = _visible_position(rest, namespace, queue, shown) if queue else None
-    return explain(facts, cluster_queue, local_queue, shown=shown, queue_peers=workloads,
-                   kueue_position=kueue_position, setup_notes=setup_notes,
-                   gang=gang[0] if gang is not None else None)
+    return facts, {"cluster_queue": cluster_queue, "local_queue": local_queue, "shown": shown,
+                   "queue_peers": workloads, "kueue_position": kueue_position,
+                   "gang": gang[0] if gang is not None else None}
 
 
 def _gang(rest: Rest, namespace: str, pod: Obj, workloads: Sequence[Obj],
@@ -194,7 +269,8 @@ def _visible_position(rest: Rest, namespace: str, queue: str, workload: Obj | No
 def _queue_lines(lines: list[str], queue: str | None, local_queue: Obj | None,
                  cluster_queue: Obj | None, admitted_to: str | None = None) -> None:
     if not queue:
-        lines.append(f"  queue:      none (label {c.QUEUE_LABEL} missing)")
+        lines.append(f"  queue:      none (annotation {c.QUEUE_ANNOTATION} or label "
+                     f"{c.QUEUE_LABEL} missing)")
         return
     cq_name = admitted_to or (local_queue or {}).get("spec", {}).get("clusterQueue")
     if local_queue is None:

@@ -80,8 +80,10 @@ RECONCILE_ERRORS = Counter(
 )
 GATED_OLDEST_AGE = Gauge(
     "raykueue_gated_pod_oldest_age_seconds",
-    "Age of the oldest pod still behind raykueue's gate, by LocalQueue and reason: "
+    "Age of the oldest pod still behind raykueue's gate, by namespace, LocalQueue and reason: "
     "waiting_for_quota (its Workload is not admitted), waiting_for_head (a worker whose "
     "head is not admitted, head-first) or no_workload (neither; see the pod's Events).",
-    ["queue", "reason"],
+    # A LocalQueue is namespaced: without the namespace every namespace's
+    # queue `default` would be one series.
+    ["namespace", "queue", "reason"],
 )

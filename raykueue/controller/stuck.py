@@ -3,7 +3,7 @@
 `gated(pods, facts_of, now)` sorts every gated pod into one of the verdict's
 three reasons (`verdict.REASONS`) and ages it from its creation. `StuckGates`
 runs it on the controller's caches every few seconds, exports the oldest age
-per (queue, reason) as `raykueue_gated_pod_oldest_age_seconds`, and sends a
+per (namespace, queue, reason) as `raykueue_gated_pod_oldest_age_seconds`, and sends a
 pod that has waited past the grace period without a Workload one Event saying
 why (and queues it again, so that it gets one if nothing stands in the way).
 The reason and the words are the verdict `raykueue explain` prints, on the
@@ -23,10 +23,10 @@ from raykueue.controller import actions as a
 from raykueue.controller import metrics as m
 from raykueue.controller import pods as p
 from raykueue.controller import verdict as v
+from raykueue.controller import workload as w
 from raykueue.controller.facts import Facts
-from raykueue.core import contract as c
 from raykueue.core.clock import parse_time
-from raykueue.core.objects import Obj, labels, metadata
+from raykueue.core.objects import Obj, metadata
 from raykueue.kube.events import WARNING
 
 log = logging.getLogger("raykueue.controller.stuck")
@@ -37,10 +37,15 @@ EVENT_REASON: Final = "GatedWithoutWorkload"
 @dataclass(frozen=True, slots=True)
 class Gated:
     pod: Obj
-    queue: str  # "" when the pod has no queue label
+    queue: str  # "" when the pod has no queue (label or annotation, `workload.pod_queue`)
     reason: str  # one of verdict.REASONS
     age: float  # seconds since the pod was created
     facts: Facts | None = None  # what the reason was read from
+
+    @property
+    def namespace(self) -> str:
+        """The pod's namespace: a LocalQueue's name means nothing without it."""
+        return str(metadata(self.pod).get("namespace") or "")
 
     def why(self) -> str:
         """The verdict's sentence, in the controller's voice."""
@@ -65,16 +70,15 @@ def gated(pods: Iterable[Obj], facts_of: Callable[[Obj], Facts], now: float) -> 
         facts = facts_of(pod)
         created = parse_time(metadata(pod).get("creationTimestamp"))
         age = max(now - created.timestamp(), 0.0) if created is not None else 0.0
-        out.append(Gated(pod, str(labels(pod).get(c.QUEUE_LABEL) or ""), v.reason(facts), age,
-                         facts))
+        out.append(Gated(pod, w.pod_queue(pod) or "", v.reason(facts), age, facts))
     return out
 
 
-def oldest(items: Iterable[Gated]) -> dict[tuple[str, str], float]:
-    """(queue, reason) -> age of its oldest gated pod."""
-    ages: dict[tuple[str, str], float] = {}
+def oldest(items: Iterable[Gated]) -> dict[tuple[str, str, str], float]:
+    """(namespace, queue, reason) -> age of its oldest gated pod."""
+    ages: dict[tuple[str, str, str], float] = {}
     for item in items:
-        key = (item.queue, item.reason)
+        key = (item.namespace, item.queue, item.reason)
         ages[key] = max(ages.get(key, 0.0), item.age)
     return ages
 
@@ -102,7 +106,7 @@ class StuckGates:
         self._record = record
         self._requeue = requeue
         self._clock = clock
-        self._exported: set[tuple[str, str]] = set()
+        self._exported: set[tuple[str, str, str]] = set()
 
     def update(self) -> list[Gated]:
         items = gated(self._pods(), self._sweep(), self._clock())
@@ -131,11 +135,11 @@ class StuckGates:
         thread.start()
         return thread
 
-    def _export(self, ages: Mapping[tuple[str, str], float]) -> None:
-        for queue, reason in self._exported - set(ages):
-            m.GATED_OLDEST_AGE.remove(queue, reason)
-        for (queue, reason), age in ages.items():
-            m.GATED_OLDEST_AGE.labels(queue=queue, reason=reason).set(age)
+    def _export(self, ages: Mapping[tuple[str, str, str], float]) -> None:
+        for namespace, queue, reason in self._exported - set(ages):
+            m.GATED_OLDEST_AGE.remove(namespace, queue, reason)
+        for (namespace, queue, reason), age in ages.items():
+            m.GATED_OLDEST_AGE.labels(namespace=namespace, queue=queue, reason=reason).set(age)
         self._exported = set(ages)
 
     def _report(self, item: Gated) -> None:

@@ -31,8 +31,8 @@ INTERVAL = 0.2
 GRACE = 1.0
 
 
-def age(reason: str) -> float | None:
-    return REGISTRY.get_sample_value(GAUGE, {"queue": LOCAL_QUEUE, "reason": reason})
+def age(namespace: str, reason: str) -> float | None:
+    return REGISTRY.get_sample_value(GAUGE, {"namespace": namespace, "queue": LOCAL_QUEUE, "reason": reason})
 
 
 def stuck_events(api: Rest, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -48,14 +48,14 @@ def test_a_pod_without_a_workload_is_measured_told_why_once_and_gets_one(
 
     # The head has no Workload (its WorkloadPriorityClass is missing); its worker
     # waits for it by design.
-    wait_for(lambda: (age(v.NO_WORKLOAD) or 0) > GRACE and age(v.WAITING_FOR_HEAD),
+    wait_for(lambda: (age(ns, v.NO_WORKLOAD) or 0) > GRACE and age(ns, v.WAITING_FOR_HEAD),
              timeout=30, message="gauge for both reasons")
     (event,) = wait_for(lambda: stuck_events(admin, ns, "head"), timeout=30,
                         message="GatedWithoutWorkload Event")
     assert event["type"] == "Warning" and missing in event["note"]
     # Several updates later: still one Event, none for the worker.
-    seen = age(v.NO_WORKLOAD) or 0
-    wait_for(lambda: (age(v.NO_WORKLOAD) or 0) >= seen + 3 * INTERVAL, timeout=30,
+    seen = age(ns, v.NO_WORKLOAD) or 0
+    wait_for(lambda: (age(ns, v.NO_WORKLOAD) or 0) >= seen + 3 * INTERVAL, timeout=30,
              message="three more gauge updates")
     assert len(stuck_events(admin, ns, "head")) == 1
     assert stuck_events(admin, ns, "worker") == []
@@ -65,7 +65,7 @@ def test_a_pod_without_a_workload_is_measured_told_why_once_and_gets_one(
                                "metadata": {"name": missing}, "value": 1000})
     try:
         wait_for(lambda: workload_of(admin, head), timeout=30, message="the head's Workload")
-        wait_for(lambda: age(v.NO_WORKLOAD) is None and age(v.WAITING_FOR_QUOTA),
+        wait_for(lambda: age(ns, v.NO_WORKLOAD) is None and age(ns, v.WAITING_FOR_QUOTA),
                  timeout=30, message="the head counted as waiting for quota")
     finally:
         admin.delete(WPCS.path(None, missing))

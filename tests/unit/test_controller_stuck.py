@@ -78,8 +78,25 @@ def test_oldest_is_per_queue_and_reason() -> None:
 
     ages = stuck.oldest([item("a", NO_WORKLOAD, 5), item("a", NO_WORKLOAD, 50),
                          item("a", WAITING_FOR_QUOTA, 7), item("b", NO_WORKLOAD, 1)])
-    assert ages == {("a", NO_WORKLOAD): 50, ("a", WAITING_FOR_QUOTA): 7,
-                    ("b", NO_WORKLOAD): 1}
+    assert ages == {("", "a", NO_WORKLOAD): 50, ("", "a", WAITING_FOR_QUOTA): 7,
+                    ("", "b", NO_WORKLOAD): 1}
+
+
+def test_a_queue_name_is_one_series_per_namespace() -> None:
+    """Every namespace may have a LocalQueue `default`: their ages must not merge."""
+    one = o.pod(c.ROLE_HEAD, queue="default", namespace="team-a")
+    two = o.pod(c.ROLE_HEAD, queue="default", namespace="team-b", cluster="c2")
+    items = stuck.gated([one, two], facts_of([one, two], []), NOW)
+    assert set(stuck.oldest(items)) == {("team-a", "default", NO_WORKLOAD),
+                                        ("team-b", "default", NO_WORKLOAD)}
+
+
+def test_an_adopted_pod_is_counted_in_its_annotated_queue() -> None:
+    """Adopted pods carry the queue as the annotation raykueue.io/queue-name."""
+    pod = o.pod(c.ROLE_HEAD, queue=None)
+    pod["metadata"].setdefault("annotations", {})[c.QUEUE_ANNOTATION] = "adopted-q"
+    (item,) = stuck.gated([pod], facts_of([pod], []), NOW)
+    assert item.queue == "adopted-q"
 
 
 def test_only_pods_without_a_workload_past_the_grace_period_are_overdue() -> None:
@@ -111,8 +128,9 @@ def watcher(pods: list[dict], workloads: list[dict], clock: list[float], events:
                             clock=lambda: clock[0])
 
 
-def sample(queue: str, reason: str) -> float | None:
-    return REGISTRY.get_sample_value(GAUGE, {"queue": queue, "reason": reason})
+def sample(queue: str, reason: str, namespace: str = "team-a") -> float | None:
+    return REGISTRY.get_sample_value(GAUGE, {"namespace": namespace, "queue": queue,
+                                             "reason": reason})
 
 
 def test_the_gauge_follows_the_pods_and_is_cleared_on_stop() -> None:

@@ -143,3 +143,12 @@ def test_the_dashboard_is_wired_to_a_chosen_prometheus() -> None:
             continue
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
         assert all('job=~"$job"' in t["expr"] for t in panel["targets"]), panel["title"]
+
+
+def test_build_info_says_which_raykueue_and_python_run() -> None:
+    import platform
+    from importlib import metadata
+
+    assert REGISTRY.get_sample_value("raykueue_build_info", {
+        "version": metadata.version("raykueue"), "python": platform.python_version(),
+        "kubernetes_client": metadata.version("kubernetes")}) == 1
