@@ -106,6 +106,8 @@ class Cluster:
         # Outside `caches`: the policies are reported, never waited for.
         self.policies: PolicyWatch | None = None
         self.rayclusters: WatchCache | None = None
+        # RayClusters, RayJobs and RayServices by kind (metadata only): the hand-over Events.
+        self.ray_objects: dict[str, WatchCache] = {}
         self._lock = threading.Lock()
         self._stopped = False
         self._connected = threading.Event()
@@ -188,6 +190,7 @@ class Cluster:
             self.policies = PolicyWatch(rest, c.service_account_user(
                 s.pod_namespace, s.service_account)).start()
             self.rayclusters = owners[c.RAYCLUSTER_KIND]
+            self.ray_objects = owners
             self.view.attach(owners, local_queues, priority_classes,
                              kueue=lambda: kueue.snapshot.setup, namespaces=namespaces)
         return True
@@ -338,9 +341,11 @@ def _once_connected(cluster: Cluster, leadership: ControllerHost | None, setting
         return
     _start_thread(threads, "leadership", leadership.run, stop)
     if settings.controller and cluster.rayclusters is not None:
-        handovers = HandOverEvents(EventRecorder(cluster.rest, COMPONENT), leadership.is_leader)
-        cluster.rayclusters.add_handler(handovers)
-        handovers.prime(cluster.rayclusters.list())
+        for objects in cluster.ray_objects.values():
+            # A RayJob or RayService Kueue suspends is handed over as itself: its Event goes on it.
+            handovers = HandOverEvents(EventRecorder(cluster.rest, COMPONENT), leadership.is_leader)
+            objects.add_handler(handovers)
+            handovers.prime(objects.list())
         view = cluster.view
         adopter = Adopter(cluster.rest, cluster.rayclusters.list, view.context_for,
                           view.namespace_labels, policy_from(settings),

@@ -11,6 +11,8 @@ over; every later stage leaves it Kueue's.
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -158,9 +160,10 @@ class Recorder:
         self.recorded.append((obj, type, reason, message))
 
 
-def cached(obj: dict[str, Any], uid: str = "u1") -> dict[str, Any]:
+def cached(obj: dict[str, Any], uid: str = "u1", kind: str = "RayCluster") -> dict[str, Any]:
+    """As the owner caches keep it (app/lookup.py keep_metadata): kind and metadata."""
     meta = {**obj["metadata"], "uid": uid}
-    return {"kind": "RayCluster", "metadata": meta}
+    return {"kind": kind, "metadata": meta}
 
 
 @pytest.fixture
@@ -200,3 +203,53 @@ def test_no_event_for_one_handed_over_before_it_was_watched_or_seen_by_a_followe
     follower(MODIFIED, cached(handed, "u2"))
     events(DELETED, cached(handed))
     assert recorder.recorded == []
+
+
+# --- a RayJob and a RayService: Kueue suspends them, not their RayCluster ---------------
+
+
+@pytest.mark.parametrize("kind", ["RayJob", "RayService"])
+def test_kueues_suspend_of_a_rayjob_or_rayservice_hands_it_over(kind: str) -> None:
+    """Kueue v0.19.2 suspends a RayJob's `spec.suspend` and a RayService's
+    `spec.rayClusterConfig.suspend` (rayservice_controller.go `Suspend`)."""
+    new = kueue_suspends(running(kind))
+    assert new["metadata"]["labels"][c.QUEUE_LABEL] == "team-a"
+    assert c.QUEUE_ANNOTATION not in new["metadata"]["annotations"]
+    assert kind in new["metadata"]["annotations"][c.HANDED_TO_KUEUE_ANNOTATION]
+    node = new["spec"] if kind == "RayJob" else new["spec"]["rayClusterConfig"]
+    assert node["suspend"] is True  # the last stage keeps Kueue's suspend
+    assert stamps(new) == [None, None, None]
+
+
+@pytest.mark.parametrize("path", ["manifests/webhooks.yaml", "charts/raykueue/templates/webhooks.yaml"])
+def test_the_rayjob_and_rayservice_entries_are_called_on_a_suspend(path: str) -> None:
+    """The hand-over happens only if the API server sends the suspend to raykueue:
+    the first-stage entry's scope names each kind's suspend field (the submissionMode
+    condition of the RayJob entry stays). tests/e2e/test_handover_rayjob.py shows the
+    RayJob's on the real API server."""
+    text = (Path(__file__).parents[2] / path).read_text()
+    entries = {m.group(1): m.group(2) for m in re.finditer(
+        r"- name: (first-ray\w+)\.raykueue\.io\n(.*?)(?=\n  - name: |\n---)", text, re.S)}
+    suspend = {"first-rayclusters": "object.spec.?suspend.orValue(false) &&",
+               "first-rayjobs": "object.spec.?suspend.orValue(false) &&",
+               "first-rayservices": "object.spec.?rayClusterConfig.?suspend.orValue(false) &&"}
+    assert set(entries) == set(suspend)
+    for name, needle in suspend.items():
+        assert needle in entries[name], name
+    assert "object.spec.?submissionMode" in entries["first-rayjobs"]
+
+
+def test_the_event_goes_on_the_rayjob_and_not_on_the_cluster_made_from_it(recorder: Recorder) -> None:
+    before, after = running("RayJob"), kueue_suspends(running("RayJob"))
+    jobs = HandOverEvents(recorder, lambda: True)  # type: ignore[arg-type]
+    jobs(ADDED, cached(before, kind="RayJob"))
+    jobs(MODIFIED, cached(after, kind="RayJob"))
+    # KubeRay's new RayCluster carries the RayJob's annotations, the mark included,
+    # from its creation: the RayCluster handler never saw it unmarked.
+    clusters = HandOverEvents(recorder, lambda: True)  # type: ignore[arg-type]
+    made = cached(after, "u2")
+    clusters(ADDED, made)
+    clusters(MODIFIED, made)
+    ((obj, _, reason, message),) = recorder.recorded
+    assert (obj["kind"], obj["metadata"]["uid"], reason) == ("RayJob", "u1", c.HANDED_TO_KUEUE_REASON)
+    assert message.startswith("Kueue took RayJob rc (") and "recreate the RayJob" in message
