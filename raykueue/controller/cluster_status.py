@@ -159,7 +159,8 @@ def waiting_message(items: Iterable[Seen]) -> str:
         where = f"LocalQueue {queue}" if queue else "no LocalQueue"
         said = sorted({x.message for x in group if x.message})
         kueue = f"; Kueue: {' | '.join(said)}" if said else "; Kueue has not said why yet"
-        parts.append(f"{_pods(len(group))} wait for quota in {where} "
+        verb = "waits" if len(group) == 1 else "wait"
+        parts.append(f"{_pods(len(group))} {verb} for quota in {where} "
                      f"({_names(x.pod for x in group)}){kueue}")
     return ". ".join(parts)
 
