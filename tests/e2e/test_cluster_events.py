@@ -5,7 +5,10 @@ test_controller_e2e). A cluster short of quota gets a `WaitingForQuota` Event
 naming the waiting pod, its LocalQueue and Kueue's words; once the quota is
 raised, an `Admitted` Event naming that pod and only pods that waited. A cluster
 whose workers Kueue preempts gets a `Preempted` Warning naming a preempted pod
-and Kueue's reason. `QuotaInvariants` watches the whole of the first scenario.
+and Kueue's reason. `QuotaInvariants` watches the whole of the first scenario;
+not the second, where a preempted pod runs on its evicted Workload for the
+moment its deletion takes, which its check 4 would flag (as in
+test_controller_e2e's preemption test).
 """
 
 from __future__ import annotations
