@@ -48,6 +48,7 @@ from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.apply import apply
 from raykueue.controller.caches import Cache, CacheFactory, Caches, discover_version
+from raykueue.controller.cluster_status import ClusterStatus
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.handlers import Env, Pass, Recorder
 from raykueue.controller.reads import Reader
@@ -120,6 +121,7 @@ class Controller:
                 grace_seconds=self.config.stuck_grace_seconds,
                 record=self._env.event_once, requeue=lambda pod: self.queue.add(p.key(pod)),
                 clock=self._clock).start(stop, self.config.stuck_interval_seconds))
+            workers.append(self._status.start(stop))
             for i in range(self.config.workers):
                 thread = threading.Thread(target=self._work, args=(stop,),
                                           name=f"reconcile-{i}", daemon=True)
@@ -152,6 +154,9 @@ class Controller:
         caches.priority_classes.add_handler(self._on_placement_input)
         caches.heads.add_handler(self._on_head)
         caches.rayclusters.add_handler(self._on_raycluster)
+        # Waiting, admitted, evicted, said on the RayCluster (controller/cluster_status.py).
+        self._status = ClusterStatus(caches.rayclusters.get, lambda *e: self._env.event(*e))
+        caches.workloads.add_handler(self._status.on_workload)
         self.caches = caches
         self._reader = Reader(self.rest, caches, self.state, self.config, version, self._clock)
         self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock)
