@@ -38,7 +38,7 @@ from typing import Any, Final
 from raykueue.coexist.selectors import matches, namespace_labels
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
-from raykueue.controller.caches import discover_version, workload_resource
+from raykueue.controller.caches import RAYCLUSTERS, discover_version, workload_resource
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, annotations, controller_ref, gate_names, labels, metadata, spec
 from raykueue.core.pods import kueue_claims, role_of
@@ -50,7 +50,6 @@ from raykueue.webhooks.mutate import Patch, put_entries
 
 log = logging.getLogger("raykueue.controller.adopt")
 
-RAYCLUSTERS: Final = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
 POD_WEBHOOK: Final = "mutate-pods.raykueue.io"
 ADOPTED: Final = "Adopted"
 NOT_ADOPTED: Final = "NotAdopted"

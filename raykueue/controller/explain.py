@@ -28,7 +28,7 @@ from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 
 # Kueue's VisibilityOnDemand API, served through the API server's aggregation layer.
-_VISIBLE_QUEUES = r.crd("visibility.kueue.x-k8s.io", "v1beta2", "localqueues")
+VISIBLE_QUEUES = r.crd("visibility.kueue.x-k8s.io", "v1beta2", "localqueues")
 _KUEUE_CONDITIONS = (w.QUOTA_RESERVED, w.ADMITTED, w.EVICTED, w.PREEMPTED, w.REQUEUED,
                      w.PODS_READY, w.FINISHED)
 
@@ -255,7 +255,7 @@ def _visible_position(rest: Rest, namespace: str, queue: str, workload: Obj | No
     """The Workload's entry in Kueue's pending list (VisibilityOnDemand), if Kueue serves it."""
     if workload is None:
         return None
-    path = _VISIBLE_QUEUES.path(namespace, queue, "pendingworkloads")
+    path = VISIBLE_QUEUES.path(namespace, queue, "pendingworkloads")
     try:
         listing = rest.get(path)
     except ApiError:

@@ -16,8 +16,9 @@ from raykueue.controller import decide as d
 from raykueue.controller import pods as p
 from raykueue.controller import verdict as v
 from raykueue.controller import workload as w
+from raykueue.controller.caches import RAYCLUSTERS
 from raykueue.controller.current import claims
-from raykueue.controller.explain import _VISIBLE_QUEUES, queue_position
+from raykueue.controller.explain import VISIBLE_QUEUES, queue_position
 from raykueue.controller.facts import Facts, gather
 from raykueue.controller.live import ApiSource, get, items
 from raykueue.core import contract as c
@@ -25,8 +26,6 @@ from raykueue.core.objects import Obj, annotations, labels
 from raykueue.core.pods import role_of
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
-
-RAYCLUSTERS = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
 
 # A pod's state in the summary, in the order they are listed.
 RUNNING, STARTING, WAITING_FOR_QUOTA, WAITING_FOR_HEAD, NO_WORKLOAD, EVICTED, ENDED = (
@@ -195,7 +194,7 @@ def _positions(rest: Rest, namespace: str, ours: Sequence[Obj], peers: Sequence[
         queue = w.queue_name(wl)
         if queue and queue not in visible:
             try:
-                listing = rest.get(_VISIBLE_QUEUES.path(namespace, queue, "pendingworkloads"))
+                listing = rest.get(VISIBLE_QUEUES.path(namespace, queue, "pendingworkloads"))
                 visible[queue] = {p.name(x): x for x in items(listing)}
             except ApiError:
                 visible[queue] = None  # not served or not allowed: estimate

@@ -21,7 +21,7 @@ from raykueue.controller import patches, removal
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
-from raykueue.controller.caches import slim_pod, slim_workload, workload_resource
+from raykueue.controller.caches import RAYCLUSTERS, slim_pod, slim_workload, workload_resource
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.retry import Retry
 from raykueue.controller.state import Key, State
@@ -217,7 +217,6 @@ def delete_workload(env: Env, action: a.DeleteWorkload, at: Pass) -> None:
                  action.reason)
 
 
-_RAYCLUSTERS = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
 
 
 def _live(env: Env, path: str, what: str, query: Mapping[str, str] | None = None) -> Any:
@@ -289,7 +288,7 @@ def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
             evidence = _live(env, path(ns, action.workload), f"Workload {action.workload}")
         ref = removal.raycluster_ref(live_pod)
         if ref is not None:
-            raycluster = _live(env, _RAYCLUSTERS.path(ns, ref["name"]), f"RayCluster {ref['name']}")
+            raycluster = _live(env, RAYCLUSTERS.path(ns, ref["name"]), f"RayCluster {ref['name']}")
         cluster = p.cluster(live_pod)
         if cluster and removal.outside_quota_left(live_pod, own, now, grace) == 0.0:
             peers = _peers(env, ns, cluster)

@@ -21,6 +21,7 @@ from raykueue.controller import pods as p
 from raykueue.controller import removal
 from raykueue.controller import workload as w
 from raykueue.controller.caches import (
+    RAYCLUSTERS,
     Caches,
     foreign_heads,
     min_replicas,
@@ -38,8 +39,6 @@ from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.pods import role_of
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
-
-_RAYCLUSTERS = r.crd(c.RAY_API_GROUP, "v1", "rayclusters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +215,7 @@ class Reader:
     def _cluster_gone(self, ns: str, ref: Obj) -> bool:
         """Whether the gang's RayCluster is deleted or being deleted (a live GET, head gone only)."""
         try:
-            found = self.rest.get(_RAYCLUSTERS.path(ns, str(ref.get("name"))))
+            found = self.rest.get(RAYCLUSTERS.path(ns, str(ref.get("name"))))
         except ApiError as exc:
             if exc.is_not_found:
                 return True

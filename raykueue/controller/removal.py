@@ -28,13 +28,13 @@ from typing import Final
 
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller.actions import OUTSIDE_QUOTA
 from raykueue.core import contract as c
 from raykueue.core.clock import timestamp
 from raykueue.core.objects import Obj, annotations, labels, metadata
 from raykueue.core.pods import role_of
 
 KUEUE_EVICTED: Final = "KueueEvicted"
-OUTSIDE_QUOTA: Final = "OutsideQuota"
 # Event reasons: the removal went ahead, was only reported (RAYKUEUE_ENFORCEMENT=report),
 # or the live reads did not prove it (the pod is kept).
 REMOVED: Final = "Evicted"
