@@ -107,13 +107,16 @@ def ahead_of(pod: Obj, wl: Obj | None, peers: Iterable[tuple[Obj, Obj | None]],
 
     Workers before heads; among workers, the lowest priority first. Peers with the
     same priority go together (each pass removes one pod, and none of them fits).
+    A peer counts while it runs outside quota at all, not only once its own grace is
+    over: the head's grace may end first (its Workload is the oldest), and it must
+    still wait for the workers that will go before it.
     """
     head = role_of(pod) == c.ROLE_HEAD
     mine = _priority(wl)
     for other, other_wl in peers:
         if p.uid(other) == p.uid(pod) or role_of(other) != c.ROLE_WORKER:
             continue
-        if not is_candidate(other, other_wl, now, grace):
+        if outside_quota_left(other, other_wl, now, grace) is None:
             continue
         if head:
             return f"worker {p.name(other)} of the same cluster is outside quota too; workers go first"

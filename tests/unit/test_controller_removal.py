@@ -7,6 +7,7 @@ delete (or would, by the rule) and must now hold only on that evidence.
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
@@ -179,6 +180,23 @@ def test_workers_go_before_heads_lowest_priority_first():
     workers_fit = [peers[0], (low, o.workload(low, "admitted")), (high, o.workload(high, "admitted"))]
     assert confirm(head, peers[0][1], rc=rc, peers=workers_fit).justified
 
+
+
+def test_a_head_past_its_grace_waits_for_a_worker_still_within_its_own():
+    """The head's Workload is the oldest of its cluster, so its grace ends first; it must
+    still wait for a worker that runs outside quota but whose grace has time left (seen
+    in a .ci/run under load: head, worker, worker instead of worker, worker, head)."""
+    head = running(c.ROLE_HEAD)
+    worker = running()
+    younger = o.workload(worker, "pending")
+    younger["metadata"]["creationTimestamp"] = time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(SINCE + 31))  # 30 s of its grace left at LATE
+    peers = [(head, o.workload(head, "pending", priority=1000)), (worker, younger)]
+    rc = raycluster(head)
+    assert not removal.is_candidate(worker, younger, LATE, GRACE)
+    verdict = confirm(head, peers[0][1], rc=rc, peers=peers)
+    assert not verdict.justified and "workers go first" in verdict.evidence
+    assert confirm(worker, younger, rc=rc, peers=peers).evidence.endswith("30s left")
 
 # --- decide proposes, on the caches, the same rule ---------------------------------------------
 
