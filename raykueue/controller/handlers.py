@@ -262,6 +262,16 @@ def _tell(env: Env, pod: Obj, raycluster: Obj | None, type_: str, reason: str,
         send(pod, type_, reason, f"pod {p.name(pod)}: {message}", regarding=raycluster)
 
 
+def _kept(env: Env, pod: Obj, raycluster: Obj | None, cause: str, outcome: str, reason: str,
+          message: str) -> None:
+    """A removal that did not happen: counted, logged, and said once on the pod and its
+    RayCluster."""
+    m.POD_REMOVALS.labels(cause=cause, outcome=outcome).inc()
+    log.warning("%s/%s: pod kept (%s, %s): %s", metadata(pod).get("namespace"), p.name(pod), cause, outcome,
+                message)
+    _tell(env, pod, raycluster, WARNING, reason, message, once=True)
+
+
 def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     """The one place raykueue deletes a pod: only what live reads prove (`removal`).
 
@@ -301,21 +311,15 @@ def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
         if isinstance(live_pod, dict) and p.uid(live_pod) == p.uid(pod) \
                 and not p.is_deleting(live_pod):
             # (A pod gone or going already is no refusal: nothing is counted or said.)
-            m.POD_REMOVALS.labels(cause=action.reason, outcome="not_proven").inc()
-            log.warning("%s/%s: removal (%s) not proven by live reads, pod kept: %s",
-                        ns, name, action.reason, verdict.evidence)
-            _tell(env, pod, regarding, WARNING, removal.NOT_PROVEN,
+            _kept(env, pod, regarding, action.reason, "not_proven", removal.NOT_PROVEN,
                   f"raykueue did not delete the pod ({action.reason}: {action.message}): "
-                  f"the live state does not prove it must go: {verdict.evidence}", once=True)
+                  f"the live state does not prove it must go: {verdict.evidence}")
         return
     if env.config.enforcement == removal.REPORT:
         at.kept.add(action.workload)
-        m.POD_REMOVALS.labels(cause=verdict.cause, outcome="reported").inc()
-        log.warning("%s/%s: would delete the pod (%s), RAYKUEUE_ENFORCEMENT=report: %s",
-                    ns, name, verdict.cause, verdict.evidence)
-        _tell(env, pod, regarding, WARNING, removal.REPORTED,
+        _kept(env, pod, regarding, verdict.cause, "reported", removal.REPORTED,
               f"RAYKUEUE_ENFORCEMENT=report: the pod was not deleted; it would be ("
-              f"{verdict.cause}): {verdict.evidence}", once=True)
+              f"{verdict.cause}): {verdict.evidence}")
         return
     _delete_pod(env, action, at, pod, verdict, regarding)
     m.POD_REMOVALS.labels(cause=verdict.cause, outcome="deleted").inc()
