@@ -33,10 +33,10 @@ from raykueue.app.runtime import policy_from
 from raykueue.app.settings import Settings
 from raykueue.certs.store import ensure_certs
 from raykueue.webhooks.admit import admit_create
-from raykueue.webhooks.classify import Context
+from raykueue.webhooks.classify import PodContext
 from raykueue.webhooks.review import encode, parse
 
-CONTEXT = Context()
+CONTEXT = PodContext()
 HEADERS = [(b"content-type", b"application/json")]
 METRICS_HEADERS = [(b"content-type", CONTENT_TYPE_LATEST.encode())]
 

@@ -14,9 +14,9 @@ from raykueue.coexist.kueueconfig import KueueSetup
 from raykueue.coexist.selectors import namespace_labels
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, Obj, labels
-from raykueue.webhooks.admit import ray_owner
-from raykueue.webhooks.classify import Context
-from raykueue.webhooks.rayobjects import Facts
+from raykueue.core.rayobjects import ray_owner, slim_raycluster
+from raykueue.webhooks.classify import PodContext
+from raykueue.webhooks.rayrules import NamespaceFacts
 
 # RayCluster -> RayJob/RayService is as deep as KubeRay nests today; the bound
 # guards against an ownership cycle written by hand.
@@ -30,22 +30,14 @@ class Store(Protocol):
 
 
 def keep_metadata(kind: str):
-    """Transform for owner caches: a RayCluster's spec can be large; of it only
-    each worker group's name and minimum are kept (a gang's base, docs/GANG.md)."""
+    """Transform for owner caches: kind and metadata; a RayCluster as every cache of
+    ours keeps it (core/rayobjects.slim_raycluster: a gang's base, docs/GANG.md)."""
+    if kind == c.RAYCLUSTER_KIND:
+        return slim_raycluster
 
     def transform(obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.get("metadata") or {}
-        out: dict[str, Any] = {
-            "kind": kind,
-            "metadata": {k: meta[k] for k in METADATA_KEPT if k in meta},
-        }
-        if kind == c.RAYCLUSTER_KIND:
-            groups = (obj.get("spec") or {}).get("workerGroupSpecs")
-            if isinstance(groups, list):
-                out["spec"] = {"workerGroupSpecs": [
-                    {k: g[k] for k in ("groupName", "minReplicas", "numOfHosts") if k in g}
-                    for g in groups if isinstance(g, dict)]}
-        return out
+        return {"kind": kind, "metadata": {k: meta[k] for k in METADATA_KEPT if k in meta}}
 
     return transform
 
@@ -63,7 +55,7 @@ def keep_value(obj: dict[str, Any]) -> dict[str, Any]:
             "value": obj.get("value")}
 
 
-_OFFLINE = Context(cluster_known=False)
+_OFFLINE = PodContext()
 
 
 class _Nothing:
@@ -119,7 +111,7 @@ class ClusterView:
     def online(self) -> bool:
         return self.local_queues is not None
 
-    def context_for(self, pod: Obj, namespace: str) -> Context:
+    def context_for(self, pod: Obj, namespace: str) -> PodContext:
         if not self.online:
             return _OFFLINE
         chain: list[Obj] = []
@@ -142,9 +134,8 @@ class ClusterView:
         assert self.local_queues is not None
         default_queue = self.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None
         setup = self.kueue() if self.kueue is not None else None
-        return Context(
+        return PodContext(
             owners=tuple(chain),
-            cluster_known=True,
             unresolved_owner=unresolved,
             default_queue_exists=default_queue,
             priority_values=_PriorityValues(self.priority_classes),
@@ -160,17 +151,17 @@ class ClusterView:
         found = self.namespaces.get(None, namespace) if self.namespaces is not None else None
         return labels(found) if found is not None else None
 
-    def facts_for(self, obj: Obj, namespace: str) -> Facts:
+    def facts_for(self, obj: Obj, namespace: str) -> NamespaceFacts:
         """What the Ray-object stages need to know about `obj`'s namespace."""
         if not self.online:
-            return Facts(namespace=namespace)
+            return NamespaceFacts(namespace=namespace)
         assert self.local_queues is not None
         setup = self.kueue() if self.kueue is not None else None
         manages: bool | None = False
         if setup is not None and setup.manage_jobs_without_queue_name and obj.get("kind") in setup.ray_kinds:
             found = self.namespace_labels(namespace)
             manages = None if found is None else setup.manages_unqueued_in(found)
-        return Facts(
+        return NamespaceFacts(
             default_queue_exists=self.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None,
             kueue_manages_unqueued=manages,
             namespace=namespace,

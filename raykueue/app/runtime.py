@@ -30,6 +30,7 @@ from raykueue.coexist.watcher import KueueWatch
 from raykueue.controller.adopt import Adopter
 from raykueue.controller.handover import HandOverEvents
 from raykueue.core import contract as c
+from raykueue.core.priority import PriorityPolicy
 from raykueue.kube import resources as r
 from raykueue.kube.backoff import Backoff
 from raykueue.kube.cache import Transform, WatchCache
@@ -37,28 +38,21 @@ from raykueue.kube.client import ClusterConfigError, Configured, configured, pro
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.admit import Outcome, admit_create, admit_ray_object, admit_update
-from raykueue.webhooks.classify import PodPriority, Policy
 from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage
 from raykueue.webhooks.review import Review
 
 log = logging.getLogger("raykueue")
 
 
-def policy_from(settings: Settings) -> Policy:
-    pod_priority = (
-        PodPriority(settings.head_pod_priority_class, settings.worker_pod_priority_class)
-        if settings.set_pod_priority
-        else None
-    )
-    return Policy(settings.head_priority_class, settings.worker_priority_class, pod_priority,
-                  settings.head_only_classes)
+def policy_from(settings: Settings) -> PriorityPolicy:
+    return settings.priority_policy
 
 
 def ray_object_policy_from(settings: Settings) -> RayObjectPolicy:
-    return RayObjectPolicy(settings.autoscaler_allocate_timeout_seconds, settings.head_only_classes)
+    return RayObjectPolicy(settings.autoscaler_allocate_timeout_seconds, settings.priority_policy)
 
 
-def mutate_with(view: ClusterView, policy: Policy, review: Review) -> Outcome:
+def mutate_with(view: ClusterView, policy: PriorityPolicy, review: Review) -> Outcome:
     return admit_create(review, view.context_for(review.object, review.namespace), policy)
 
 

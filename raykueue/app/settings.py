@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from raykueue.core import contract as c
+from raykueue.core.priority import PodPriority, PriorityPolicy
 
 CommaList = Annotated[list[str], NoDecode]
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -112,9 +113,9 @@ class Settings(BaseSettings):
     # Off by default: also set the pod's Kubernetes PriorityClass.
     set_pod_priority: bool = False
     # Kubernetes PriorityClass for heads when set_pod_priority is on.
-    head_pod_priority_class: str = "ray-head"
+    head_pod_priority_class: str = c.DEFAULT_HEAD_POD_PRIORITY_CLASS
     # Kubernetes PriorityClass for workers when set_pod_priority is on.
-    worker_pod_priority_class: str = "ray-worker"
+    worker_pod_priority_class: str = c.DEFAULT_WORKER_POD_PRIORITY_CLASS
 
     # --- controller ------------------------------------------------------------
     # Run the controller in this process; off when another deployment runs it (webhooks only).
@@ -176,8 +177,12 @@ class Settings(BaseSettings):
     retry_seconds: float = 2.0
 
     @property
-    def head_only_classes(self) -> frozenset[str]:
-        return frozenset(self.head_only_priority_classes or [self.head_priority_class])
+    def priority_policy(self) -> PriorityPolicy:
+        """The one priority policy (core/priority.py) the webhooks and the controller read."""
+        pod_priority = (PodPriority(self.head_pod_priority_class, self.worker_pod_priority_class)
+                        if self.set_pod_priority else None)
+        return PriorityPolicy(self.head_priority_class, self.worker_priority_class, pod_priority,
+                              frozenset(self.head_only_priority_classes))
 
     @field_validator("dns_names", "ip_addresses", "controller_identities", "head_only_priority_classes",
                      mode="before")
@@ -210,11 +215,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _worker_class_is_not_head_only(self) -> Settings:
-        if self.worker_priority_class in self.head_only_classes:
-            raise ValueError(
-                f"RAYKUEUE_WORKER_PRIORITY_CLASS={self.worker_priority_class} is one of the head-only "
-                f"classes {sorted(self.head_only_classes)} (RAYKUEUE_HEAD_ONLY_PRIORITY_CLASSES): every "
-                "worker would be denied")
+        problem = self.priority_policy.problem()
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -40,12 +40,14 @@ from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.caches import RAYCLUSTERS, discover_version, workload_resource
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, annotations, controller_ref, gate_names, labels, metadata, spec
+from raykueue.core.objects import Obj, controller_ref, gate_names, labels, metadata, spec
 from raykueue.core.pods import kueue_claims, role_of
+from raykueue.core.priority import PriorityPolicy
+from raykueue.core.rayobjects import admitted_whole, is_opted_in, is_stamped, templates
 from raykueue.kube import resources as r
 from raykueue.kube.events import NORMAL, WARNING, EventRecorder
 from raykueue.kube.rest import ApiError, Rest
-from raykueue.webhooks.classify import Context, Decision, Manage, Policy, classify
+from raykueue.webhooks.classify import Decision, Manage, PodContext, classify
 from raykueue.webhooks.mutate import Patch, put_entries
 
 log = logging.getLogger("raykueue.controller.adopt")
@@ -64,8 +66,7 @@ _SAID_LIMIT: Final = 10_000
 
 def accounted(cluster: Obj) -> bool:
     """An opted-in RayCluster that raykueue accounts for: not one Kueue admits whole."""
-    return (annotations(cluster).get(c.STANDALONE_ANNOTATION) == "true"
-            and not labels(cluster).get(c.QUEUE_LABEL)
+    return (is_opted_in(cluster) and not admitted_whole(cluster)
             and not metadata(cluster).get("deletionTimestamp"))
 
 
@@ -83,16 +84,9 @@ def pod_webhook_scope(config: Obj | None) -> Mapping[str, Any] | None:
     return None
 
 
-def templates(cluster: Obj) -> list[Obj]:
-    head = (spec(cluster).get("headGroupSpec") or {}).get("template")
-    groups = spec(cluster).get("workerGroupSpecs") or []
-    found = [head] + [g.get("template") for g in groups if isinstance(g, dict)]
-    return [t if isinstance(t, dict) else {} for t in found]
-
-
 def unstamped(cluster: Obj) -> bool:
     """Whether a pod template lacks the stamp (its new pods would not reach raykueue)."""
-    return any(labels(t).get(c.OPTED_IN_LABEL) != c.OPTED_IN_VALUE for t in templates(cluster))
+    return any(not is_stamped(t) for _, t in templates(cluster, c.RAYCLUSTER_KIND))
 
 
 def recreates_on_change(cluster: Obj) -> bool:
@@ -128,7 +122,7 @@ def as_stamped(pod: Obj) -> Obj:
     return {**pod, "metadata": meta}
 
 
-def decide_pod(pod: Obj, ctx: Context, policy: Policy) -> Decision:
+def decide_pod(pod: Obj, ctx: PodContext, policy: PriorityPolicy) -> Decision:
     """What the pod webhook would have decided had the pod been stamped at creation."""
     return classify(as_stamped(pod), ctx, policy)
 
@@ -174,9 +168,9 @@ class Adopter:
     """Runs `update` every interval, and soon after a RayCluster event, while this replica leads."""
 
     def __init__(self, rest: Rest, clusters: Callable[[], list[Obj]],
-                 context_for: Callable[[Obj, str], Context],
+                 context_for: Callable[[Obj, str], PodContext],
                  namespace_labels_of: Callable[[str], Mapping[str, str] | None],
-                 policy: Policy, recorder: EventRecorder, is_leader: Callable[[], bool]) -> None:
+                 policy: PriorityPolicy, recorder: EventRecorder, is_leader: Callable[[], bool]) -> None:
         self._rest = rest
         self._clusters = clusters
         self._context_for = context_for

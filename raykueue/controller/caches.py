@@ -1,4 +1,4 @@
-"""The controller's five watch caches, and what they keep of each object."""
+"""The controller's six watch caches, and what they keep of each object."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from raykueue.controller import workload as w
 from raykueue.controller.config import ControllerConfig
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, labels
+from raykueue.core.rayobjects import slim_raycluster
 from raykueue.kube import resources as r
 from raykueue.kube.rest import Rest
 
@@ -63,7 +64,8 @@ def discover_version(rest: Rest) -> str | None:
 # `stuck`, the handlers' writes and Events) of each cached kind; the transforms
 # below keep exactly this on arrival. tests/unit/test_controller_trim.py runs
 # the decisions on trimmed and whole objects and expects the same answer.
-# Of metadata: webhooks.objects.METADATA_KEPT, as every cache of ours.
+# Of metadata: core.objects.METADATA_KEPT, as every cache of ours; of a RayCluster,
+# core.rayobjects.slim_raycluster, the admission side's transform too.
 # Of a pod's spec: the gate, and the placement a gate lift adds to.
 # nodeName and each container's state kind: whether a pod being deleted has stopped
 # (decide.release holds its quota until then, issue 28).
@@ -215,19 +217,6 @@ def slim_head(obj: dict[str, Any]) -> dict[str, Any]:
 def foreign_heads(heads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Head pods without raykueue's label: ours are in the pod cache already."""
     return [x for x in heads if labels(x).get(c.MANAGED_BY_LABEL) != c.MANAGED_BY_VALUE]
-def slim_raycluster(obj: dict[str, Any]) -> dict[str, Any]:
-    """Cache transform: of a RayCluster, its metadata and each worker group's name,
-    minimum and the workers it is told to delete: what a gang's base follows."""
-    out = _kind_and_meta(obj)
-    groups = (obj.get("spec") or {}).get("workerGroupSpecs")
-    if isinstance(groups, list):
-        out["spec"] = {"workerGroupSpecs": [
-            {**_pick(x, ("groupName", "minReplicas", "numOfHosts")),
-             "scaleStrategy": _pick(x.get("scaleStrategy"), ("workersToDelete",))}
-            for x in groups if isinstance(x, dict)]}
-    return out
-
-
 def workers_to_delete(raycluster: dict[str, Any]) -> frozenset[str]:
     """Pods the RayCluster tells KubeRay to delete next (the autoscaler's victims)."""
     out: set[str] = set()
@@ -236,18 +225,6 @@ def workers_to_delete(raycluster: dict[str, Any]) -> frozenset[str]:
         names = strategy.get("workersToDelete") if isinstance(strategy, dict) else None
         out.update(str(x) for x in names or [])
     return frozenset(out)
-
-
-def min_replicas(raycluster: dict[str, Any]) -> dict[str, int]:
-    """Each worker group's base count, minReplicas x numOfHosts, as KubeRay makes pods."""
-    out: dict[str, int] = {}
-    for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
-        if not isinstance(group, dict) or not isinstance(group.get("groupName"), str):
-            continue
-        count, hosts = group.get("minReplicas"), group.get("numOfHosts")
-        count = count if isinstance(count, int) and count > 0 else 0
-        out[group["groupName"]] = count * (hosts if isinstance(hosts, int) and hosts > 0 else 1)
-    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ from raykueue.controller.current import claims
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, gate_names, labels, metadata
 from raykueue.core.pods import kueue_claims, role_of
+from raykueue.core.priority import Missing, workload_priority
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,17 +186,10 @@ def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
                      f"pod {p.name(pod)} has no {c.QUEUE_LABEL} label, so Kueue would never "
                      "admit its Workload; recreate it through the raykueue webhook"),
                 Wait("no queue")]
-    priority: w.Priority | None = None
-    class_name = labels(pod).get(c.PRIORITY_CLASS_LABEL)
-    if class_name:
-        value = ctx.priority_values.get(class_name)
-        if value is None:
-            return [Warn(WARN_PRIORITY_CLASS,
-                         f"WorkloadPriorityClass {class_name!r} (label {c.PRIORITY_CLASS_LABEL} "
-                         f"of pod {p.name(pod)}) does not exist; create it and the pod will queue"),
-                    Wait(f"WorkloadPriorityClass {class_name} missing")]
-        priority = w.Priority(class_name, value)
-    return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
+    found = workload_priority(labels(pod).get(c.PRIORITY_CLASS_LABEL), ctx.priority_values, p.name(pod))
+    if isinstance(found, Missing):
+        return [Warn(WARN_PRIORITY_CLASS, found.message), Wait(found.waiting)]
+    return [CreateWorkload(w.build_workload(pod, found and w.Priority(*found), ctx.version), role)]
 
 
 def _running_without_workload(pod: Obj, ctx: Context) -> list[Action]:
@@ -228,17 +222,10 @@ def _running_without_workload(pod: Obj, ctx: Context) -> list[Action]:
                      f"running pod {p.name(pod)} has no queue ({c.QUEUE_LABEL} label or "
                      f"{c.QUEUE_ANNOTATION} annotation), so no Workload can count it"),
                 Wait("no queue")]
-    priority: w.Priority | None = None
-    class_name = w.pod_priority_class(pod)
-    if class_name:
-        value = ctx.priority_values.get(class_name)
-        if value is None:
-            return [Warn(WARN_PRIORITY_CLASS,
-                         f"WorkloadPriorityClass {class_name!r} of running pod {p.name(pod)} "
-                         "does not exist; create it and the pod's Workload is made"),
-                    Wait(f"WorkloadPriorityClass {class_name} missing")]
-        priority = w.Priority(class_name, value)
-    return [CreateWorkload(w.build_workload(pod, priority, ctx.version), role)]
+    found = workload_priority(w.pod_priority_class(pod), ctx.priority_values, p.name(pod))
+    if isinstance(found, Missing):
+        return [Warn(WARN_PRIORITY_CLASS, found.message), Wait(found.waiting)]
+    return [CreateWorkload(w.build_workload(pod, found and w.Priority(*found), ctx.version), role)]
 
 
 def needs_live_pod_spec(pod: Obj | None, workloads: Sequence[Obj]) -> bool:

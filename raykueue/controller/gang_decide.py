@@ -39,6 +39,7 @@ from raykueue.controller.actions import (
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.pods import role_of
+from raykueue.core.priority import Missing, workload_priority
 
 # Re-exported: the names readers of gang clusters use.
 base_name = gb.base_name
@@ -118,14 +119,9 @@ def _unseen(pods: Sequence[Obj], released: Mapping[str, str]) -> dict[str, int]:
 
 
 def _priority(pod: Obj, ctx: GangContext) -> w.Priority | Warn | None:
-    class_name = labels(pod).get(c.PRIORITY_CLASS_LABEL)
-    if not class_name:
-        return None
-    value = ctx.priority_values.get(class_name)
-    if value is None:
-        return Warn(WARN_PRIORITY_CLASS, f"WorkloadPriorityClass {class_name!r} of pod "
-                                         f"{p.name(pod)} does not exist; create it and it queues")
-    return w.Priority(class_name, value)
+    found = workload_priority(labels(pod).get(c.PRIORITY_CLASS_LABEL), ctx.priority_values, p.name(pod))
+    return Warn(WARN_PRIORITY_CLASS, found.message) if isinstance(found, Missing) else (
+        found and w.Priority(*found))
 
 
 def _requeue(base: Obj, live: Sequence[Obj], standing: Sequence[Obj], reason: str,

@@ -90,5 +90,5 @@ class HandOverEvents:
 
 
 def _regarding(obj: Obj) -> Obj:
-    # The owner caches keep metadata and kind only (app/lookup.py keep_metadata).
+    # The owner caches keep kind and metadata, not always apiVersion (core/rayobjects.slim_raycluster).
     return {"apiVersion": f"{c.RAY_API_GROUP}/v1", **obj, "kind": str(obj.get("kind") or c.RAYCLUSTER_KIND)}

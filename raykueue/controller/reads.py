@@ -24,7 +24,6 @@ from raykueue.controller.caches import (
     RAYCLUSTERS,
     Caches,
     foreign_heads,
-    min_replicas,
     slim_workload,
     workers_to_delete,
     workload_resource,
@@ -37,6 +36,7 @@ from raykueue.controller.state import ORPHANS, Key, State
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.pods import role_of
+from raykueue.core.rayobjects import group_minimums
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 
@@ -208,7 +208,7 @@ class Reader:
         return GangFacts(pods, own, base, gd.GangContext(
             version=self.version, pods_ready=self.config.pods_ready, flavors=self._flavors(),
             priority_values=self._priority_values(), cluster_gone=gone,
-            min_replicas=min_replicas(raycluster) if raycluster is not None else None,
+            min_replicas=group_minimums(raycluster) if raycluster is not None else None,
             victims=workers_to_delete(raycluster) if raycluster is not None else frozenset(),
             released=self.state.gang_released(ns, cluster)))
 

@@ -31,8 +31,9 @@ from raykueue.controller import workload as w
 from raykueue.controller.actions import OUTSIDE_QUOTA
 from raykueue.core import contract as c
 from raykueue.core.clock import timestamp
-from raykueue.core.objects import Obj, annotations, labels, metadata
+from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.pods import role_of
+from raykueue.core.rayobjects import is_opted_in
 
 KUEUE_EVICTED: Final = "KueueEvicted"
 # Event reasons: the removal went ahead, was only reported (RAYKUEUE_ENFORCEMENT=report),
@@ -129,11 +130,6 @@ def ahead_of(pod: Obj, wl: Obj | None, peers: Iterable[tuple[Obj, Obj | None]],
 # --- the live confirmation ---------------------------------------------------------------
 
 
-def opts_in(raycluster: Obj | None) -> bool:
-    return (raycluster is not None
-            and annotations(raycluster).get(c.STANDALONE_ANNOTATION) == "true")
-
-
 def raycluster_ref(pod: Obj) -> Mapping[str, str] | None:
     """The pod's RayCluster owner reference (name, uid), if it has one."""
     refs = metadata(pod).get("ownerReferences")
@@ -204,7 +200,7 @@ def confirm(expected_uid: str, pod: Obj | None, own: Obj | None, evidence: Obj |
     if metadata(raycluster).get("deletionTimestamp"):
         return Verdict(False, "", f"RayCluster {p.name(raycluster)} is being deleted; its pods "
                                   "go with it")
-    if not opts_in(raycluster):
+    if not is_opted_in(raycluster):
         return Verdict(False, "", f"RayCluster {p.name(raycluster)} no longer opts in "
                                   f"({c.STANDALONE_ANNOTATION} is not \"true\")")
     waiting = ahead_of(pod, own, peers, now, grace)

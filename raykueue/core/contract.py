@@ -104,6 +104,9 @@ DEFAULT_SUBMITTER_CONTAINER: Final = "ray-job-submitter"
 
 DEFAULT_HEAD_PRIORITY_CLASS: Final = "ray-head"
 DEFAULT_WORKER_PRIORITY_CLASS: Final = "ray-worker"
+# Kubernetes PriorityClasses for the optional pod priority: the same names, another kind.
+DEFAULT_HEAD_POD_PRIORITY_CLASS: Final = DEFAULT_HEAD_PRIORITY_CLASS
+DEFAULT_WORKER_POD_PRIORITY_CLASS: Final = DEFAULT_WORKER_PRIORITY_CLASS
 # The install's namespace and ServiceAccount; the server takes the ones its pod
 # really runs as from the downward API (RAYKUEUE_POD_NAMESPACE, RAYKUEUE_SERVICE_ACCOUNT).
 DEFAULT_NAMESPACE: Final = "raykueue-system"

@@ -7,6 +7,7 @@ every reader here treats a missing or mistyped field as absent.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -19,6 +20,13 @@ METADATA_KEPT: Final = ("name", "namespace", "uid", "resourceVersion", "generati
                         "creationTimestamp", "deletionTimestamp", "labels", "annotations",
                         "ownerReferences")
 _EMPTY: Mapping[str, Any] = {}
+# DNS-1123 subdomain, as Kubernetes validates object names (LocalQueue and
+# WorkloadPriorityClass are named objects).
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
 
 
 def metadata(obj: Obj) -> Obj:

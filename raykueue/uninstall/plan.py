@@ -37,30 +37,26 @@ that delete their cluster).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
 
 from raykueue.core import contract as c
-from raykueue.core.jsonpointer import pointer
-from raykueue.core.objects import Obj, annotations, controller_ref, gate_names, labels, metadata, spec
-from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, INJECTED_ANNOTATION
+from raykueue.core.objects import Obj, annotations, gate_names, labels, metadata
+from raykueue.core.rayobjects import admitted_whole, get, ray_owner_ref, templates
+from raykueue.uninstall.world import (
+    Ref,
+    World,
+    autoscaling,
+    finished_rayjob,
+    is_raykueues,
+    opted_in,
+    ref_of,
+    suspended,
+    top_of_cluster,
+    top_of_pod,
+)
 
-# Where each kind keeps its RayCluster spec and its suspend flag. A RayService's
-# `rayClusterConfig.suspend` is not a suspend of the service (see the docstring).
-CLUSTER_SPEC: Final[Mapping[str, tuple[str, ...]]] = {
-    c.RAYCLUSTER_KIND: ("spec",),
-    c.RAYJOB_KIND: ("spec", "rayClusterSpec"),
-    c.RAYSERVICE_KIND: ("spec", "rayClusterConfig"),
-}
-SUSPEND: Final[Mapping[str, tuple[str, ...]]] = {
-    c.RAYCLUSTER_KIND: ("spec", "suspend"),
-    c.RAYJOB_KIND: ("spec", "suspend"),
-}
-RAY_KINDS: Final = tuple(CLUSTER_SPEC)
-RAYKUEUE_PREFIX: Final = "raykueue.io/"
-# KubeRay's JobDeploymentStatus values after which a RayJob never runs again.
-RAYJOB_FINISHED: Final = ("Complete", "Failed")
 # What the plan says for each kind that cannot be suspended in place.
 RAYSERVICE_BLOCKER: Final = (
     "KubeRay cannot suspend a RayService in place (a changed rayClusterConfig starts a new "
@@ -70,155 +66,6 @@ RAYSERVICE_BLOCKER: Final = (
 RAYJOB_KEEPS_CLUSTER_BLOCKER: Final = (
     "KubeRay suspends a RayJob only with shutdownAfterJobFinishes: true: let it finish (its "
     "RayCluster is then suspended alone) or delete it, then run raykueue uninstall again")
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Ref:
-    kind: str
-    namespace: str
-    name: str
-    uid: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
-
-
-def ref_of(obj: Obj, kind: str | None = None) -> Ref:
-    meta = metadata(obj)
-    return Ref(kind or str(obj.get("kind") or ""), str(meta.get("namespace") or ""),
-               str(meta.get("name") or ""), str(meta.get("uid") or ""))
-
-
-@dataclass(frozen=True)
-class World:
-    """What the uninstall reads, all namespaces at once."""
-
-    rayclusters: Sequence[Obj] = ()
-    rayjobs: Sequence[Obj] = ()
-    rayservices: Sequence[Obj] = ()
-    pods: Sequence[Obj] = ()  # KubeRay's head and worker pods (raykueue's among them)
-    workloads: Sequence[Obj] = ()  # raykueue's Workloads
-    local_queues: Sequence[Obj] = ()
-    # (resource plural, configuration) for each of raykueue's webhook configurations
-    webhook_configs: Sequence[tuple[str, Obj]] = ()
-
-    def objects(self) -> Iterator[tuple[str, Obj]]:
-        for kind, items in ((c.RAYCLUSTER_KIND, self.rayclusters), (c.RAYJOB_KIND, self.rayjobs),
-                            (c.RAYSERVICE_KIND, self.rayservices)):
-            for obj in items:
-                yield kind, obj
-
-    def find(self, kind: str, namespace: str, name: str) -> Obj | None:
-        for k, obj in self.objects():
-            meta = metadata(obj)
-            if k == kind and meta.get("namespace") == namespace and meta.get("name") == name:
-                return obj
-        return None
-
-    def outside(self, namespaces: Collection[str]) -> World:
-        """The world without what lives in `namespaces`: those being deleted. Nothing new can
-        be created in a terminating namespace (no pod, so nothing that runs outside quota), and
-        the namespace controller deletes what is there; acting on it, or waiting for its pods,
-        could only hold the uninstall up behind a finalizer that is not ours."""
-        def keep(items: Sequence[Obj]) -> tuple[Obj, ...]:
-            return tuple(x for x in items if metadata(x).get("namespace") not in namespaces)
-
-        return replace(self, rayclusters=keep(self.rayclusters), rayjobs=keep(self.rayjobs),
-                       rayservices=keep(self.rayservices), pods=keep(self.pods),
-                       workloads=keep(self.workloads), local_queues=keep(self.local_queues))
-
-    def has_local_queue(self, namespace: str, name: str) -> bool:
-        return any(metadata(q).get("namespace") == namespace and metadata(q).get("name") == name
-                   for q in self.local_queues)
-
-
-# --- reading objects ------------------------------------------------------------------
-
-
-def get_path(obj: Obj, path: Sequence[str]) -> Any:
-    node: Any = obj
-    for part in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
-
-
-def templates(obj: Obj, kind: str) -> Iterator[tuple[tuple[str, ...], Obj]]:
-    """(path, template) of every pod template in the object's RayCluster spec."""
-    at = CLUSTER_SPEC.get(kind, ())
-    cluster = get_path(obj, at) if at else None
-    if not isinstance(cluster, Mapping):
-        return
-    head = get_path(cluster, ("headGroupSpec", "template"))
-    if isinstance(head, Mapping):
-        yield (*at, "headGroupSpec", "template"), head
-    groups = cluster.get("workerGroupSpecs")
-    for i, group in enumerate(groups if isinstance(groups, list) else []):
-        template = get_path(group, ("template",))
-        if isinstance(template, Mapping):
-            yield (*at, "workerGroupSpecs", str(i), "template"), template
-
-
-def opted_in(obj: Obj, kind: str) -> bool:
-    """Opted in on the object, or (as raykueue read it before that was refused) on a pod template."""
-    if annotations(obj).get(c.STANDALONE_ANNOTATION) == "true":
-        return True
-    return any(annotations(t).get(c.STANDALONE_ANNOTATION) == "true" for _, t in templates(obj, kind))
-
-
-def is_raykueues(pod: Obj) -> bool:
-    """A pod raykueue gated (or gated once and admitted)."""
-    return c.GATE in gate_names(pod) or labels(pod).get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
-
-
-def suspended(obj: Obj, kind: str) -> bool:
-    path = SUSPEND.get(kind)
-    return path is not None and get_path(obj, path) is True
-
-
-def autoscaling(obj: Obj, kind: str) -> bool:
-    at = CLUSTER_SPEC.get(kind)
-    return at is not None and get_path(obj, (*at, "enableInTreeAutoscaling")) is True
-
-
-def finished_rayjob(job: Obj) -> bool:
-    return get_path(job, ("status", "jobDeploymentStatus")) in RAYJOB_FINISHED
-
-
-def _ray_owner(obj: Obj) -> Obj | None:
-    ref = controller_ref(obj)
-    if ref is None or not str(ref.get("apiVersion") or "").startswith(c.RAY_API_GROUP + "/"):
-        return None
-    return ref
-
-
-def top_of_cluster(world: World, cluster: Obj) -> tuple[str, Obj]:
-    """The object that decides a RayCluster's life: its RayJob or RayService, else itself.
-
-    A finished RayJob never touches its cluster again, so a cluster it kept is
-    handled on its own.
-    """
-    ref = _ray_owner(cluster)
-    if ref is not None and ref.get("kind") in (c.RAYJOB_KIND, c.RAYSERVICE_KIND):
-        owner = world.find(str(ref["kind"]), str(metadata(cluster).get("namespace") or ""),
-                           str(ref.get("name") or ""))
-        alive = owner is not None and metadata(owner).get("uid") == ref.get("uid")
-        if alive and owner is not None and not (ref["kind"] == c.RAYJOB_KIND and finished_rayjob(owner)):
-            return str(ref["kind"]), owner
-    return c.RAYCLUSTER_KIND, cluster
-
-
-def top_of_pod(world: World, pod: Obj) -> tuple[str, Obj] | None:
-    """The top object of a KubeRay pod, or None when no live RayCluster owns it."""
-    ref = _ray_owner(pod)
-    if ref is None or ref.get("kind") != c.RAYCLUSTER_KIND:
-        return None
-    cluster = world.find(c.RAYCLUSTER_KIND, str(metadata(pod).get("namespace") or ""),
-                         str(ref.get("name") or ""))
-    if cluster is None or metadata(cluster).get("uid") != ref.get("uid"):
-        return None
-    return top_of_cluster(world, cluster)
 
 
 # --- the plan ---------------------------------------------------------------------------
@@ -317,7 +164,7 @@ def _unit(world: World, kind: str, obj: Obj, pods: Sequence[Obj], handback: bool
     elif kind == c.RAYSERVICE_KIND:
         blocker = RAYSERVICE_BLOCKER
     elif (kind == c.RAYJOB_KIND and not is_suspended
-          and not get_path(obj, ("spec", "shutdownAfterJobFinishes"))):
+          and not get(obj, ("spec", "shutdownAfterJobFinishes"))):
         blocker = RAYJOB_KEEPS_CLUSTER_BLOCKER
     back: Handback | None = None
     refusal = ""
@@ -325,7 +172,7 @@ def _unit(world: World, kind: str, obj: Obj, pods: Sequence[Obj], handback: bool
         refusal = "not asked (--handback)"
     elif deleting:
         refusal = "being deleted"
-    elif kind == c.RAYCLUSTER_KIND and _ray_owner(obj) is not None:
+    elif kind == c.RAYCLUSTER_KIND and ray_owner_ref(obj) is not None:
         refusal = "its RayJob has finished: it stays suspended; delete it when you are done with it"
     elif is_suspended and not by_uninstall:
         refusal = ("it was suspended before the uninstall: left as it is (Kueue would resume it once "
@@ -358,7 +205,7 @@ def make_plan(world: World, *, handback: bool) -> Plan:
             continue
         if kind == c.RAYCLUSTER_KIND:
             kind, obj = top_of_cluster(world, obj)
-        elif kind == c.RAYJOB_KIND and (get_path(obj, ("spec", "rayClusterSpec")) is None
+        elif kind == c.RAYJOB_KIND and (get(obj, ("spec", "rayClusterSpec")) is None
                                          or finished_rayjob(obj)):
             # A clusterSelector RayJob runs on a RayCluster that is judged on its own; a
             # finished one never runs again, and a cluster it kept is judged on its own.
@@ -377,7 +224,7 @@ def make_plan(world: World, *, handback: bool) -> Plan:
     units: list[Unit] = []
     kueues: list[Ref] = []
     for uid, (kind, obj) in tops.items():
-        if c.QUEUE_LABEL in labels(obj):
+        if admitted_whole(obj):
             kueues.append(ref_of(obj, kind))
             continue
         units.append(_unit(world, kind, obj, pods.get(uid, []), handback))
@@ -386,175 +233,3 @@ def make_plan(world: World, *, handback: bool) -> Plan:
                 webhooks=tuple(sorted((plural, str(metadata(cfg).get("name") or ""))
                                       for plural, cfg in world.webhook_configs)),
                 handback=handback)
-
-
-def is_raykueue_webhook_config(config: Obj) -> bool:
-    """One of raykueue's webhook configurations: by its shipped name, or any webhook of ours in it."""
-    if metadata(config).get("name") in {name for _, name in c.WEBHOOK_CONFIGS}:
-        return True
-    hooks = config.get("webhooks")
-    return any(isinstance(h, Mapping) and str(h.get("name") or "").endswith(".raykueue.io")
-               for h in (hooks if isinstance(hooks, list) else []))
-
-
-# --- patches ------------------------------------------------------------------------------
-
-
-def suspend_patch(kind: str, obj: Obj) -> list[dict[str, Any]]:
-    """JSON patch: suspended, and marked as suspended by the uninstall; for this object only (uid)."""
-    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid",
-                                  "value": str(metadata(obj).get("uid") or "")}]
-    mark = {c.SUSPENDED_BY_ANNOTATION: c.SUSPENDED_BY_UNINSTALL}
-    if isinstance(metadata(obj).get("annotations"), Mapping):
-        ops.append({"op": "add", "path": pointer("metadata", "annotations", c.SUSPENDED_BY_ANNOTATION),
-                    "value": c.SUSPENDED_BY_UNINSTALL})
-    else:
-        ops.append({"op": "add", "path": pointer("metadata", "annotations"), "value": mark})
-    ops.append({"op": "add", "path": pointer(*SUSPEND[kind]), "value": True})
-    return ops
-
-
-def _drop(meta_path: tuple[str, ...], entries: object, keep: Mapping[str, object] | None = None,
-          ) -> list[dict[str, Any]]:
-    """Remove the opt-in and every raykueue.io/ key from one labels or annotations map."""
-    if not isinstance(entries, Mapping):
-        return []
-    return [{"op": "remove", "path": pointer(*meta_path, key)} for key in entries
-            if (key == c.STANDALONE_ANNOTATION or key.startswith(RAYKUEUE_PREFIX))
-            and not (keep and key in keep)]
-
-
-def handback_patches(kind: str, obj: Obj, queue: str) -> list[list[dict[str, Any]]]:
-    """JSON patches, applied in order, that give a suspended opted-in object to Kueue.
-
-    Kueue validates an object once it has a queue: an autoscaled one must be an
-    elastic job, and that annotation may not appear in the same update as the
-    queue (it is immutable there), so it comes first, alone. Everything is
-    guarded by the object's uid. The object stays suspended: Kueue resumes it
-    when it admits its Workload.
-    """
-    uid = str(metadata(obj).get("uid") or "")
-    guard = {"op": "test", "path": "/metadata/uid", "value": uid}
-    patches: list[list[dict[str, Any]]] = []
-    elastic = autoscaling(obj, kind)
-    if elastic and annotations(obj).get(c.KUEUE_ELASTIC_JOB_ANNOTATION) != "true":
-        patches.append([guard, {"op": "add",
-                                "path": pointer("metadata", "annotations", c.KUEUE_ELASTIC_JOB_ANNOTATION),
-                                "value": "true"}])
-    ops: list[dict[str, Any]] = [guard]
-    meta = metadata(obj)
-    if isinstance(meta.get("labels"), Mapping):
-        ops.append({"op": "add", "path": pointer("metadata", "labels", c.QUEUE_LABEL), "value": queue})
-    else:
-        ops.append({"op": "add", "path": pointer("metadata", "labels"), "value": {c.QUEUE_LABEL: queue}})
-    ops += _drop(("metadata", "labels"), meta.get("labels"))
-    ops += _drop(("metadata", "annotations"), meta.get("annotations"))
-    ops += restore_allocate_timeout(kind, obj)
-    for path, template in templates(obj, kind):
-        tmeta = metadata(template)
-        ops += _drop((*path, "metadata", "labels"), tmeta.get("labels"))
-        ops += _drop((*path, "metadata", "annotations"), tmeta.get("annotations"))
-        if elastic and kind == c.RAYCLUSTER_KIND and c.KUEUE_ELASTIC_JOB_GATE not in gate_names(template):
-            gates = spec(template).get("schedulingGates")
-            if isinstance(gates, list):
-                ops.append({"op": "add", "path": pointer(*path, "spec", "schedulingGates", "-"),
-                            "value": {"name": c.KUEUE_ELASTIC_JOB_GATE}})
-            else:
-                ops.append({"op": "add", "path": pointer(*path, "spec", "schedulingGates"),
-                            "value": [{"name": c.KUEUE_ELASTIC_JOB_GATE}]})
-    patches.append(ops)
-    return patches
-
-
-def restore_allocate_timeout(kind: str, obj: Obj) -> list[dict[str, Any]]:
-    """JSON patch ops removing the autoscaler's allocate timeout raykueue injected.
-
-    Kueue admits a handed-back cluster whole; its pods wait for no per-pod quota,
-    so Ray's own timeout applies again. Only the value raykueue wrote (its
-    annotation says which) goes, tested in place: a value the user set, or
-    changed since, stays.
-    """
-    injected = annotations(obj).get(INJECTED_ANNOTATION)
-    if kind != c.RAYCLUSTER_KIND or not injected:
-        return []
-    at = (*CLUSTER_SPEC[kind], "autoscalerOptions", "env")
-    env = get_path(obj, at)
-    if not isinstance(env, list):
-        return []
-    for i, var in enumerate(env):
-        if (isinstance(var, Mapping) and var.get("name") == ALLOCATE_TIMEOUT_ENV
-                and var.get("value") == injected and "valueFrom" not in var):
-            return [{"op": "test", "path": pointer(*at, str(i)), "value": dict(var)},
-                    {"op": "remove", "path": pointer(*at, str(i))}]
-    return []
-
-
-# --- what the plan says ------------------------------------------------------------------------
-
-
-def _unit_line(u: Unit) -> str:
-    parts = [str(u.ref)]
-    if u.pods:
-        parts.append(f"{u.pods} pods ({u.gated} gated)")
-    if u.deleting:
-        parts.append("being deleted: only waited for")
-    elif u.suspended:
-        parts.append("suspended already" + (" by raykueue uninstall" if u.suspended_by_uninstall else ""))
-    if u.autoscaling:
-        parts.append("autoscaled")
-    return "   " + "; ".join(parts)
-
-
-def render(plan: Plan, *, act: bool) -> list[str]:
-    """The plan in words; `act`: --yes was given."""
-    if plan.blockers:
-        head = "blocked: nothing is changed" if act else "the plan (a dry run: nothing is changed)"
-    else:
-        head = "acting on this plan" if act else "the plan (a dry run: nothing is changed; --yes acts on it)"
-    lines = [f"raykueue uninstall: {head}"]
-    if plan.blockers:
-        lines.append("Blocked: nothing is done while any of these remains:")
-        lines += [f"   {u.ref}: {u.blocker}" for u in plan.blockers]
-    if plan.nothing_to_do:
-        lines.append("Nothing of raykueue is left: no opted-in Ray object, raykueue pod, Workload "
-                     "or webhook.")
-        return lines
-    step = 0
-
-    def heading(text: str) -> None:
-        nonlocal step
-        step += 1
-        lines.append(f"{step}. {text}")
-
-    todo = [u for u in plan.units if not u.blocker]
-    if todo:
-        heading(f"Suspend {len(todo)} opted-in Ray object(s); KubeRay deletes their pods, gated or running, "
-                "and each pod's Workload goes with it, so their quota is free:")
-        lines += [_unit_line(u) for u in todo]
-        heading("Wait until none of their pods is left.")
-    if plan.webhooks:
-        heading("Delete raykueue's webhook configurations (from here no object waits for raykueue): "
-                + ", ".join(name for _, name in plan.webhooks))
-    heading("Look again: suspend what was opted in meanwhile, delete raykueue's pods that no Ray object "
-            "owns (nothing would recreate them)"
-            + (": " + ", ".join(f"{p.namespace}/{p.name}" for p in plan.bare_pods) if plan.bare_pods else "")
-            + f", and every raykueue Workload left ({plan.workloads} now; most go with their pods).")
-    if todo:
-        if plan.handback:
-            heading("Hand back to Kueue (each stays suspended until Kueue admits it whole and resumes it):")
-        else:
-            heading("Leave them suspended and opted in (no --handback): nothing of them runs, nothing holds "
-                    "quota. `raykueue uninstall --yes --handback` hands them to Kueue later; resuming one "
-                    f"without a {c.QUEUE_LABEL} label runs it outside any quota.")
-        for u in todo:
-            if u.handback is not None:
-                lines.append(f"   {u.ref} -> LocalQueue {u.handback.queue} (from {u.handback.source})")
-                lines += [f"      {note}" for note in u.handback.notes]
-            elif plan.handback:
-                lines.append(f"   {u.ref}: not handed back: {u.handback_refusal}")
-    if plan.kueues:
-        lines.append("Left alone (opted in, but Kueue's already: they carry its queue label): "
-                     + ", ".join(str(r) for r in plan.kueues))
-    lines.append("Then remove raykueue itself: kubectl delete -k manifests/ --ignore-not-found "
-                 "(or: helm uninstall raykueue -n raykueue-system).")
-    return lines

@@ -23,9 +23,12 @@ from raykueue.kube.resources import (
     crd,
 )
 from raykueue.kube.rest import ApiError, Rest
+from raykueue.uninstall import patches as up
 from raykueue.uninstall import plan as p
+from raykueue.uninstall import render as ur
+from raykueue.uninstall import world as uw
 
-RAY: Final = {kind: crd(c.RAY_API_GROUP, "v1", kind.lower() + "s") for kind in p.RAY_KINDS}
+RAY: Final = {kind: crd(c.RAY_API_GROUP, "v1", kind.lower() + "s") for kind in uw.RAY_KINDS}
 LOCAL_QUEUES: Final = crd(c.KUEUE_GROUP, "v1beta2", "localqueues")
 WORKLOAD_VERSIONS: Final = ("v1beta2", "v1beta1")
 WEBHOOK_RESOURCES: Final = {r.plural: r for r in (MUTATING_WEBHOOK_CONFIGURATIONS,
@@ -81,17 +84,17 @@ class Uninstall:
                 self._workloads = crd(c.KUEUE_GROUP, WORKLOAD_VERSIONS[0], "workloads")
         return self._workloads
 
-    def read(self, namespace: str | None = None) -> p.World:
+    def read(self, namespace: str | None = None) -> uw.World:
         """Everything the plan reads; within `namespace` only (and no webhooks) when given."""
         configs = [] if namespace else [
             (plural, cfg) for plural, res in WEBHOOK_RESOURCES.items()
-            for cfg in self._list(res) if p.is_raykueue_webhook_config(cfg)]
+            for cfg in self._list(res) if uw.is_raykueue_webhook_config(cfg)]
         ours = f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE}"
         # Cluster-wide only: one owner's handback may not list namespaces.
         terminating = set() if namespace else {
             str(metadata(ns).get("name")) for ns in self._list(NAMESPACES)
             if (ns.get("status") or {}).get("phase") == "Terminating"}
-        return p.World(
+        return uw.World(
             rayclusters=self._list(RAY[c.RAYCLUSTER_KIND], namespace=namespace),
             rayjobs=self._list(RAY[c.RAYJOB_KIND], namespace=namespace),
             rayservices=self._list(RAY[c.RAYSERVICE_KIND], namespace=namespace),
@@ -108,7 +111,7 @@ class Uninstall:
 
     def run(self, *, handback: bool, act: bool) -> int:
         plan = self.plan(handback=handback)
-        for line in p.render(plan, act=act):
+        for line in ur.render(plan, act=act):
             self.out(line)
         if plan.blockers:
             return BLOCKED
@@ -134,7 +137,7 @@ class Uninstall:
         # was gated by raykueue: suspend it too. Nothing can be gated any more.
         again = self.plan(handback=plan.handback)
         if again.blockers:
-            for line in p.render(again, act=True):
+            for line in ur.render(again, act=True):
                 self.out(line)
             self.out("raykueue uninstall: stopped: the blockers above appeared while it ran "
                      "(raykueue's webhooks are already deleted)")
@@ -166,7 +169,7 @@ class Uninstall:
         for unit in suspending:
             resource = RAY[unit.kind]
             self._call(lambda unit=unit, resource=resource: self.rest.json_patch(
-                resource.path(unit.ref.namespace, unit.ref.name), p.suspend_patch(unit.kind, unit.obj)),
+                resource.path(unit.ref.namespace, unit.ref.name), up.suspend_patch(unit.kind, unit.obj)),
                 missing_ok=True)
             self.out(f"suspended {unit.ref}")
         uids = {u.ref.uid for u in units}
@@ -208,7 +211,7 @@ class Uninstall:
             if exc.is_not_found:
                 return
             raise
-        for ops in p.handback_patches(unit.kind, fresh, queue):
+        for ops in up.handback_patches(unit.kind, fresh, queue):
             try:
                 self._call(lambda ops=ops: self.rest.json_patch(path, ops))
             except ApiError as exc:
@@ -231,7 +234,7 @@ class Uninstall:
         """
         world = self.read(namespace)
         obj = world.find(kind, namespace, name)
-        ref = p.Ref(kind, namespace, name)
+        ref = uw.Ref(kind, namespace, name)
         if obj is None:
             self.out(f"raykueue handback: {ref} not found")
             return FAILED

@@ -10,25 +10,16 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from raykueue.core import contract as c
-from raykueue.core.objects import Obj, controller_ref, display_name, ref_group
+from raykueue.core.objects import display_name
 from raykueue.core.pods import role_of
-from raykueue.webhooks.classify import Context, Deny, Manage, Policy, Skip, classify
+from raykueue.core.priority import PriorityPolicy
+from raykueue.core.rayobjects import RAY_OBJECT_KINDS, is_opted_in
+from raykueue.webhooks.classify import Deny, Manage, PodContext, Skip, classify
 from raykueue.webhooks.mutate import gate_patch
-from raykueue.webhooks.rayobjects import (
-    RAY_OBJECT_KINDS,
-    Facts,
-    RayObjectPolicy,
-    Refused,
-    Stage,
-    first,
-    is_opted_in,
-    last,
-)
+from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage, first, last
+from raykueue.webhooks.rayrules import NamespaceFacts, Refused
 from raykueue.webhooks.review import Review, Verdict
 from raykueue.webhooks.validate import Denied, judge_update
-
-_RAY_OWNER_KINDS = (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,18 +34,7 @@ class Outcome:
     reason: str = ""
 
 
-def ray_owner(obj: Obj) -> tuple[str, str] | None:
-    """(kind, name) of the Ray object controlling `obj`, to look up in a cache."""
-    ref = controller_ref(obj)
-    if ref is None or ref_group(ref) != c.RAY_API_GROUP:
-        return None
-    kind, name = ref.get("kind"), ref.get("name")
-    if kind in _RAY_OWNER_KINDS and isinstance(name, str):
-        return kind, name
-    return None
-
-
-def admit_create(review: Review, ctx: Context, policy: Policy) -> Outcome:
+def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Outcome:
     if review.operation != "CREATE":
         return Outcome(Verdict(True), "skipped", reason=f"{review.operation} is not handled")
     pod = review.object
@@ -90,7 +70,7 @@ def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
     return Outcome(Verdict(True), "allowed", role=role, reason=judgement.reason)
 
 
-def admit_ray_object(review: Review, stage: Stage, facts: Facts, policy: RayObjectPolicy) -> Outcome:
+def admit_ray_object(review: Review, stage: Stage, facts: NamespaceFacts, policy: RayObjectPolicy) -> Outcome:
     """A RayCluster/RayJob/RayService passing before (FIRST) or after (LAST) Kueue's webhooks."""
     obj = review.object
     kind = obj.get("kind")

@@ -29,7 +29,7 @@ def owned(name: str, kind: str, owner: tuple[str, str] | None = None, **meta: An
 
 def test_offline_view_knows_nothing() -> None:
     ctx = ClusterView.offline().context_for(rv.pod_of(rv.head_review()), "team-a")
-    assert not ctx.cluster_known and ctx.owners == () and ctx.unresolved_owner is None
+    assert ctx.owners == () and ctx.unresolved_owner is None
 
 
 def test_owner_chain_is_followed_through_rayjob() -> None:
@@ -59,7 +59,7 @@ def test_keep_metadata_keeps_what_rules_and_watches_need() -> None:
             "metadata": {"name": "a", "namespace": "n", "resourceVersion": "7", "labels": {"l": "1"},
                          "annotations": {"x": "y"}, "managedFields": [{}]}}
     kept = keep_metadata("RayCluster")(full)
-    assert kept == {"kind": "RayCluster", "metadata": {
+    assert kept == {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {
         "name": "a", "namespace": "n", "resourceVersion": "7", "labels": {"l": "1"},
         "annotations": {"x": "y"}}}
 

@@ -8,7 +8,9 @@ from typing import Any
 from raykueue.controller import adopt
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
-from raykueue.webhooks.classify import Context, Deny, Manage, Policy
+from raykueue.core.priority import PriorityPolicy
+from raykueue.core.rayobjects import templates
+from raykueue.webhooks.classify import Deny, Manage, PodContext
 
 UID = "uid-rc"
 
@@ -64,10 +66,10 @@ def test_the_scope_is_the_installed_pod_webhooks_namespace_selector() -> None:
 def test_stamping_is_needed_until_every_template_is_stamped_and_never_under_recreate() -> None:
     rc = cluster()
     assert adopt.unstamped(rc) and not adopt.recreates_on_change(rc)
-    for template in adopt.templates(rc)[:1]:
+    for _, template in list(templates(rc, c.RAYCLUSTER_KIND))[:1]:
         template["metadata"]["labels"][c.OPTED_IN_LABEL] = c.OPTED_IN_VALUE
     assert adopt.unstamped(rc)  # the worker group's still lacks it
-    for template in adopt.templates(rc):
+    for _, template in templates(rc, c.RAYCLUSTER_KIND):
         template["metadata"]["labels"][c.OPTED_IN_LABEL] = c.OPTED_IN_VALUE
     assert not adopt.unstamped(rc)
     assert adopt.recreates_on_change(cluster(upgradeStrategy={"type": "Recreate"}))
@@ -94,9 +96,9 @@ def test_only_running_pods_nothing_manages_are_adopted_head_first() -> None:
 
 
 def test_the_pod_is_decided_as_the_webhook_would_have_had_it_been_stamped() -> None:
-    ctx = Context(owners=(cluster(),), cluster_known=True)
-    head = adopt.decide_pod(running("head", c.ROLE_HEAD), ctx, Policy())
-    worker = adopt.decide_pod(running("w1", c.ROLE_WORKER), ctx, Policy())
+    ctx = PodContext(owners=(cluster(),))
+    head = adopt.decide_pod(running("head", c.ROLE_HEAD), ctx, PriorityPolicy())
+    worker = adopt.decide_pod(running("w1", c.ROLE_WORKER), ctx, PriorityPolicy())
     assert isinstance(head, Manage) and isinstance(worker, Manage)
     assert (head.queue, head.priority_class) == ("team-a", c.DEFAULT_HEAD_PRIORITY_CLASS)
     assert (worker.queue, worker.priority_class) == ("team-a", c.DEFAULT_WORKER_PRIORITY_CLASS)
@@ -104,13 +106,13 @@ def test_the_pod_is_decided_as_the_webhook_would_have_had_it_been_stamped() -> N
     nameless = cluster()
     del nameless["metadata"]["annotations"][c.QUEUE_ANNOTATION]
     assert isinstance(adopt.decide_pod(running("w1", c.ROLE_WORKER),
-                                       Context(owners=(nameless,), cluster_known=True),
-                                       Policy()), Deny)
+                                       PodContext(owners=(nameless,)),
+                                       PriorityPolicy()), Deny)
 
 
 def test_the_patch_adds_our_label_and_annotations_only_to_this_pod() -> None:
     pod = running("head", c.ROLE_HEAD)
-    decision = adopt.decide_pod(pod, Context(owners=(cluster(),), cluster_known=True), Policy())
+    decision = adopt.decide_pod(pod, PodContext(owners=(cluster(),)), PriorityPolicy())
     assert isinstance(decision, Manage)
     ops = adopt.adopt_patch(pod, decision)
     assert ops[0] == {"op": "test", "path": "/metadata/uid", "value": "uid-head"}

@@ -301,7 +301,8 @@ def test_a_preempted_base_takes_its_extras_along() -> None:
 
 
 def test_the_raycluster_cache_keeps_what_the_base_follows() -> None:
-    from raykueue.controller.caches import min_replicas, slim_raycluster, workers_to_delete
+    from raykueue.controller.caches import workers_to_delete
+    from raykueue.core.rayobjects import group_minimums, slim_raycluster
     raycluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
                   "metadata": {"name": "rc", "namespace": "team-a", "uid": "u1",
                                "managedFields": [{"manager": "x"}]},
@@ -313,7 +314,7 @@ def test_the_raycluster_cache_keeps_what_the_base_follows() -> None:
                                {"groupName": "cpu", "replicas": 1}]}}
     slim = slim_raycluster(raycluster)
     assert "headGroupSpec" not in slim["spec"] and "managedFields" not in slim["metadata"]
-    assert min_replicas(slim) == min_replicas(raycluster) == {"tpu": 8, "cpu": 0}
+    assert group_minimums(slim) == group_minimums(raycluster) == {"tpu": 8, "cpu": 0}
     assert workers_to_delete(slim) == workers_to_delete(raycluster) == {"rc-tpu-x"}
 
 

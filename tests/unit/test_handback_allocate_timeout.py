@@ -15,17 +15,17 @@ from typing import Any
 import jsonpatch
 
 from raykueue.core import contract as c
-from raykueue.uninstall import plan as p
+from raykueue.uninstall import patches as up
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, INJECTED_ANNOTATION
-from raykueue.webhooks.rayobjects import RayObjectPolicy, _first_patch
+from raykueue.webhooks.raypatches import first_patch
 from tests.unit.test_uninstall_plan import apply_all, cluster_spec, obj
 
-POLICY = RayObjectPolicy(allocate_timeout=86400)
+ALLOCATE_TIMEOUT = 86400
 
 
 def through_the_webhook(rc: dict[str, Any]) -> dict[str, Any]:
     """The RayCluster as raykueue's first webhook stores it."""
-    return jsonpatch.apply_patch(copy.deepcopy(rc), _first_patch(rc, "CREATE", POLICY))
+    return jsonpatch.apply_patch(copy.deepcopy(rc), first_patch(rc, "CREATE", ALLOCATE_TIMEOUT))
 
 
 def env(rc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -33,7 +33,7 @@ def env(rc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def handed_back(rc: dict[str, Any]) -> dict[str, Any]:
-    return apply_all(copy.deepcopy(rc), p.handback_patches(c.RAYCLUSTER_KIND, rc, "q"))
+    return apply_all(copy.deepcopy(rc), up.handback_patches(c.RAYCLUSTER_KIND, rc, "q"))
 
 
 def test_the_injected_timeout_is_marked_and_removed_on_handback() -> None:
@@ -69,7 +69,7 @@ def test_the_removal_is_tested_in_place() -> None:
     removing someone else's variable."""
     rc = obj(c.RAYCLUSTER_KIND, "rc", suspend=True, cluster=cluster_spec(autoscaling=True))
     stored = through_the_webhook(rc)
-    ops = p.restore_allocate_timeout(c.RAYCLUSTER_KIND, stored)
+    ops = up.restore_allocate_timeout(c.RAYCLUSTER_KIND, stored)
     assert [op["op"] for op in ops] == ["test", "remove"]
     moved = copy.deepcopy(stored)
     moved["spec"]["autoscalerOptions"]["env"].insert(0, {"name": "NEW", "value": "x"})

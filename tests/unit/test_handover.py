@@ -21,7 +21,8 @@ import pytest
 from raykueue.controller.handover import HandOverEvents, handover_message
 from raykueue.core import contract as c
 from raykueue.kube.cache import ADDED, DELETED, MODIFIED
-from raykueue.webhooks.rayobjects import Facts, Stage
+from raykueue.webhooks.rayobjects import Stage
+from raykueue.webhooks.rayrules import NamespaceFacts
 from tests.unit.test_webhooks_rayobjects import (
     DEFAULT_QUEUE,
     OPTED_IN,
@@ -33,9 +34,10 @@ from tests.unit.test_webhooks_rayobjects import (
     through,
 )
 
-MANAGED = Facts(kueue_manages_unqueued=True, namespace="team-a")
-MANAGED_WITH_DEFAULT = Facts(kueue_manages_unqueued=True, default_queue_exists=True, namespace="team-a")
-UNKNOWN = Facts(kueue_manages_unqueued=None, namespace="team-a")
+MANAGED = NamespaceFacts(kueue_manages_unqueued=True, namespace="team-a")
+MANAGED_WITH_DEFAULT = NamespaceFacts(kueue_manages_unqueued=True, default_queue_exists=True,
+                                      namespace="team-a")
+UNKNOWN = NamespaceFacts(kueue_manages_unqueued=None, namespace="team-a")
 
 
 def running(kind: str = "RayCluster", queue: str | None = "team-a") -> dict[str, Any]:
@@ -52,7 +54,7 @@ def suspended(obj: dict[str, Any]) -> dict[str, Any]:
     return new
 
 
-def kueue_suspends(old: dict[str, Any], facts: Facts = MANAGED) -> dict[str, Any]:
+def kueue_suspends(old: dict[str, Any], facts: NamespaceFacts = MANAGED) -> dict[str, Any]:
     """FIRST then LAST on Kueue's suspend, as the API server runs them."""
     first = through(suspended(old), Stage.FIRST, "UPDATE", old, facts=facts)
     return through(first, Stage.LAST, "UPDATE", old, facts=facts)
@@ -87,7 +89,7 @@ def test_without_any_queue_it_is_handed_over_unlabelled_and_the_event_says_so() 
 
 def test_a_suspend_where_kueue_does_not_manage_unqueued_jobs_is_the_users() -> None:
     old = running()
-    new = through(suspended(old), Stage.FIRST, "UPDATE", old, facts=Facts(namespace="team-a"))
+    new = through(suspended(old), Stage.FIRST, "UPDATE", old, facts=NamespaceFacts(namespace="team-a"))
     assert stamps(new) == ["true", "true", "true"]
     assert c.HANDED_TO_KUEUE_ANNOTATION not in new["metadata"]["annotations"]
 

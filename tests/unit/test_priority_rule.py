@@ -19,18 +19,19 @@ import orjson
 import pytest
 
 from raykueue.core import contract as c
+from raykueue.core.priority import PodPriority, Priority, PriorityPolicy, Refusal, choose
 from raykueue.webhooks.admit import admit_create
-from raykueue.webhooks.classify import Context, Deny, PodPriority, Policy, Priority, choose_priority
+from raykueue.webhooks.classify import PodContext
 from raykueue.webhooks.review import parse
 from testkit import reviews as rv
 
-POLICY = Policy()
+POLICY = PriorityPolicy()
 HEAD, WORKER = c.DEFAULT_HEAD_PRIORITY_CLASS, c.DEFAULT_WORKER_PRIORITY_CLASS
 
 
 def rule(own: str | None = None, owner: tuple[str, str] | None = None, role: str = c.ROLE_HEAD,
-         real_head: bool = True, policy: Policy = POLICY) -> Priority | Deny:
-    return choose_priority(own, owner, role, real_head, policy, "ns/p")
+         real_head: bool = True, policy: PriorityPolicy = POLICY) -> Priority | Refusal:
+    return choose(own, owner, role, real_head, policy, "ns/p")
 
 
 # --- the pure rule ------------------------------------------------------------------
@@ -50,10 +51,10 @@ def test_a_head_without_a_raycluster_gets_the_worker_class_with_a_warning() -> N
 
 def test_a_head_without_a_raycluster_naming_a_head_only_class_is_refused() -> None:
     got = rule(own=HEAD, real_head=False)
-    assert isinstance(got, Deny)
+    assert isinstance(got, Refusal)
     assert "no RayCluster owns it" in got.message and "remove the label" in got.message
-    strict = Policy(head_only_priority_classes=frozenset({"gold"}))
-    assert isinstance(rule(own="gold", real_head=False, policy=strict), Deny)
+    strict = PriorityPolicy(head_only_priority_classes=frozenset({"gold"}))
+    assert isinstance(rule(own="gold", real_head=False, policy=strict), Refusal)
     # A class that is not head-only is anyone's to name.
     assert rule(own="batch", real_head=False) == Priority("batch", "pod label")
 
@@ -80,12 +81,12 @@ def test_a_head_only_class_on_the_owner_reaches_the_head_only() -> None:
 
 def test_a_worker_naming_a_head_only_class_is_still_refused() -> None:
     got = rule(own=HEAD, role=c.ROLE_WORKER, real_head=False)
-    assert isinstance(got, Deny) and "only Ray heads may use" in got.message
+    assert isinstance(got, Refusal) and "only Ray heads may use" in got.message
 
 
 def test_an_invalid_class_from_the_owner_is_refused_with_where_it_came_from() -> None:
     got = rule(owner=("Not_Valid", "RayJob ns/job label"))
-    assert isinstance(got, Deny) and "RayJob ns/job label" in got.message
+    assert isinstance(got, Refusal) and "RayJob ns/job label" in got.message
 
 
 # --- through the pod webhook ---------------------------------------------------------
@@ -112,8 +113,8 @@ def owner(kind: str, name: str, label: str | None) -> dict[str, Any]:
     return {"kind": kind, "metadata": meta}
 
 
-def run(review: dict[str, Any], ctx: Context | None = None, policy: Policy = POLICY):
-    return admit_create(parse(orjson.dumps(review)), ctx or Context(), policy)
+def run(review: dict[str, Any], ctx: PodContext | None = None, policy: PriorityPolicy = POLICY):
+    return admit_create(parse(orjson.dumps(review)), ctx or PodContext(), policy)
 
 
 def test_a_bare_pod_calling_itself_a_head_is_gated_with_the_worker_class_and_told_why() -> None:
@@ -121,8 +122,8 @@ def test_a_bare_pod_calling_itself_a_head_is_gated_with_the_worker_class_and_tol
     assert outcome.decision == "gated" and outcome.priority == WORKER
     assert any("no RayCluster owns it" in w for w in outcome.verdict.warnings)
     # Nor the head's PriorityClass for the scheduler.
-    policy = Policy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
-    ctx = Context(priority_values={"ray-head-pc": 100000, "ray-worker-pc": 100})
+    policy = PriorityPolicy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
+    ctx = PodContext(priority_values={"ray-head-pc": 100000, "ray-worker-pc": 100})
     patch = orjson.dumps(run(bare_head(), ctx, policy).verdict.patch).decode()
     assert "ray-worker-pc" in patch and "ray-head-pc" not in patch
 
@@ -133,8 +134,7 @@ def test_a_bare_pod_naming_the_head_class_is_refused() -> None:
 
 
 def test_a_kuberay_head_keeps_the_head_class() -> None:
-    outcome = run(opted_in(rv.head_review()), Context(owners=(owner("RayCluster", "rc", None),),
-                                                      cluster_known=True))
+    outcome = run(opted_in(rv.head_review()), PodContext(owners=(owner("RayCluster", "rc", None),)))
     assert outcome.decision == "gated" and outcome.priority == HEAD and not outcome.verdict.warnings
 
 
@@ -142,13 +142,13 @@ def test_a_kuberay_head_keeps_the_head_class() -> None:
 def test_the_top_level_owners_label_decides_as_kueue_reads_it(job_label: str | None) -> None:
     """KubeRay's RayCluster for a RayJob: Kueue would read the RayJob's label."""
     owners = (owner("RayCluster", "rc", "cluster-class"), owner("RayJob", "job", job_label))
-    outcome = run(opted_in(rv.worker_review()), Context(owners=owners, cluster_known=True))
+    outcome = run(opted_in(rv.worker_review()), PodContext(owners=owners))
     assert outcome.priority == (job_label or "cluster-class")
 
 
 def test_kueues_defaulted_class_on_the_owner_is_not_a_choice() -> None:
     owners = (owner("RayCluster", "rc", c.KUEUE_DEFAULT_PRIORITY_CLASS),)
-    outcome = run(opted_in(rv.head_review()), Context(owners=owners, cluster_known=True))
+    outcome = run(opted_in(rv.head_review()), PodContext(owners=owners))
     assert outcome.priority == HEAD
 
 
@@ -156,5 +156,5 @@ def test_a_head_controlled_by_a_rayjob_is_not_a_real_head() -> None:
     review = opted_in(rv.head_review())
     for ref in rv.pod_of(review)["metadata"]["ownerReferences"]:
         ref["kind"] = "RayJob"
-    outcome = run(review, Context(owners=(owner("RayJob", "rc", None),), cluster_known=True))
+    outcome = run(review, PodContext(owners=(owner("RayJob", "rc", None),)))
     assert outcome.priority == WORKER and outcome.verdict.warnings

@@ -76,11 +76,11 @@ def test_controller_identity_is_derived_from_the_pods_service_account(
 
 def test_head_only_priority_classes_default_to_the_head_class_and_never_hold_the_workers(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().head_only_classes == {c.DEFAULT_HEAD_PRIORITY_CLASS}
+    assert Settings().priority_policy.head_only_classes == {c.DEFAULT_HEAD_PRIORITY_CLASS}
     monkeypatch.setenv("RAYKUEUE_HEAD_PRIORITY_CLASS", "gold")
-    assert Settings().head_only_classes == {"gold"}
+    assert Settings().priority_policy.head_only_classes == {"gold"}
     monkeypatch.setenv("RAYKUEUE_HEAD_ONLY_PRIORITY_CLASSES", "gold,platinum")
-    assert Settings().head_only_classes == {"gold", "platinum"}
+    assert Settings().priority_policy.head_only_classes == {"gold", "platinum"}
     monkeypatch.setenv("RAYKUEUE_WORKER_PRIORITY_CLASS", "platinum")
     with pytest.raises(ValueError, match="every worker would be denied"):
         Settings()

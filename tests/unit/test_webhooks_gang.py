@@ -10,7 +10,7 @@ import pytest
 
 from raykueue.app.lookup import keep_metadata
 from raykueue.core import contract as c
-from raykueue.webhooks.classify import Context
+from raykueue.webhooks.classify import PodContext
 from testkit import reviews as rv
 from tests.unit.test_webhooks_mutate import RAYCLUSTER, patched, run
 
@@ -40,7 +40,7 @@ def test_the_cache_keeps_only_the_worker_groups_sizes() -> None:
 
 def test_gang_pods_carry_their_cluster_and_every_groups_base_count() -> None:
     review = stamped(rv.worker_review())
-    outcome = run(review, Context(owners=(_cluster("true"),), cluster_known=True))
+    outcome = run(review, PodContext(owners=(_cluster("true"),)))
     pod = patched(review, outcome)
     assert outcome.decision == "gated"
     assert pod["metadata"]["labels"][c.GANG_LABEL] == pod["metadata"]["labels"][c.CLUSTER_LABEL]
@@ -51,7 +51,7 @@ def test_gang_pods_carry_their_cluster_and_every_groups_base_count() -> None:
 @pytest.mark.parametrize("gang", [None, "false"])
 def test_without_the_opt_in_pods_are_gated_as_before(gang: str | None) -> None:
     review = stamped(rv.worker_review())
-    outcome = run(review, Context(owners=(_cluster(gang),), cluster_known=True))
+    outcome = run(review, PodContext(owners=(_cluster(gang),)))
     pod = patched(review, outcome)
     assert outcome.decision == "gated"
     assert c.GANG_LABEL not in pod["metadata"]["labels"]
@@ -62,14 +62,14 @@ def test_the_nearest_owner_decides() -> None:
     rayjob = {"kind": "RayJob", "metadata": {"name": "train", "annotations": {
         c.GANG_ANNOTATION: "true"}}}
     review = stamped(rv.worker_review())
-    off = run(review, Context(owners=(_cluster("false"), rayjob), cluster_known=True))
+    off = run(review, PodContext(owners=(_cluster("false"), rayjob)))
     assert c.GANG_LABEL not in patched(review, off)["metadata"]["labels"]
-    on = run(review, Context(owners=(_cluster(None), rayjob), cluster_known=True))
+    on = run(review, PodContext(owners=(_cluster(None), rayjob)))
     assert c.GANG_LABEL in patched(review, on)["metadata"]["labels"]
 
 
 def test_an_invalid_value_is_denied_naming_the_owner_and_the_values() -> None:
-    outcome = run(stamped(rv.worker_review()), Context(owners=(_cluster("yes"),), cluster_known=True))
+    outcome = run(stamped(rv.worker_review()), PodContext(owners=(_cluster("yes"),)))
     assert not outcome.verdict.allowed
     message = outcome.verdict.message
     assert c.GANG_ANNOTATION in message and "RayCluster raycluster-gpu" in message
@@ -79,5 +79,5 @@ def test_an_invalid_value_is_denied_naming_the_owner_and_the_values() -> None:
 def test_a_cluster_whose_groups_are_unknown_is_denied_for_retry() -> None:
     cluster = _cluster("true")
     del cluster["spec"]
-    outcome = run(stamped(rv.head_review()), Context(owners=(cluster,), cluster_known=True))
+    outcome = run(stamped(rv.head_review()), PodContext(owners=(cluster,)))
     assert not outcome.verdict.allowed and "retried" in outcome.verdict.message

@@ -11,13 +11,16 @@ import orjson
 import pytest
 
 from raykueue.core import contract as c
-from raykueue.webhooks.admit import admit_create, ray_owner
-from raykueue.webhooks.classify import Context, PodPriority, Policy, is_dns1123_subdomain
+from raykueue.core.objects import is_dns1123_subdomain
+from raykueue.core.priority import PodPriority, PriorityPolicy
+from raykueue.core.rayobjects import ray_owner
+from raykueue.webhooks.admit import admit_create
+from raykueue.webhooks.classify import PodContext
 from raykueue.webhooks.review import encode, parse
 from testkit import reviews as rv
 from testkit.reviews import gates
 
-POLICY = Policy()
+POLICY = PriorityPolicy()
 RAYCLUSTER = {
     "kind": "RayCluster",
     "metadata": {
@@ -45,8 +48,8 @@ def with_queue(review: dict[str, Any], queue: str = "team-a") -> dict[str, Any]:
     return rv.set_label(review, c.QUEUE_LABEL, queue)
 
 
-def run(review: dict[str, Any], ctx: Context | None = None, policy: Policy = POLICY):
-    outcome = admit_create(parse(orjson.dumps(review)), ctx or Context(), policy)
+def run(review: dict[str, Any], ctx: PodContext | None = None, policy: PriorityPolicy = POLICY):
+    outcome = admit_create(parse(orjson.dumps(review)), ctx or PodContext(), policy)
     return outcome
 
 
@@ -83,10 +86,10 @@ def test_the_stamp_decides_a_kuberay_pod_whatever_its_own_annotation_says() -> N
     """One cluster, one regime: "nearest wins" let a worker template opt out of an
     opted-in cluster (Kueue's pod integration then took those workers)."""
     stamped_out = rv.set_annotation(opted_in(rv.worker_review()), c.STANDALONE_ANNOTATION, "false")
-    assert run(stamped_out, Context(owners=(RAYCLUSTER,), cluster_known=True)).decision == "gated"
+    assert run(stamped_out, PodContext(owners=(RAYCLUSTER,))).decision == "gated"
     not_opted_in = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "annotations": {}}}
     unstamped_in = rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, "true")
-    outcome = run(unstamped_in, Context(owners=(not_opted_in,), cluster_known=True))
+    outcome = run(unstamped_in, PodContext(owners=(not_opted_in,)))
     assert outcome.decision == "skipped" and outcome.verdict.patch is None
 
 
@@ -115,7 +118,7 @@ def test_an_opted_in_pod_kueue_took_in_the_same_request_is_taken_back() -> None:
     cluster = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "labels": {},
                                           "annotations": {c.STANDALONE_ANNOTATION: "true",
                                                           c.QUEUE_ANNOTATION: "team-a"}}}
-    outcome = run(review, Context(owners=(cluster,), cluster_known=True, default_queue_exists=True))
+    outcome = run(review, PodContext(owners=(cluster,), default_queue_exists=True))
     assert outcome.decision == "gated"
     pod = patched(review, outcome)
     meta = pod["metadata"]
@@ -132,7 +135,7 @@ def test_an_opted_in_pod_kueue_took_in_the_same_request_is_taken_back() -> None:
 
 def test_pods_of_a_ray_owner_kueue_manages_whole_are_left_alone_with_a_warning() -> None:
     review = opted_in(rv.worker_review())
-    ctx = Context(owners=(RAYCLUSTER,), cluster_known=True,
+    ctx = PodContext(owners=(RAYCLUSTER,),
                   kueue_job_kinds=frozenset({"RayCluster"}))
     outcome = run(review, ctx)
     assert outcome.verdict.allowed and outcome.verdict.patch is None
@@ -145,21 +148,21 @@ def test_a_stamped_pod_stays_raykueues_until_kueue_takes_its_cluster() -> None:
     the running cluster alone until it suspends it (the hand-over unstamps it then), so
     until then its stamped pods are gated, never skipped into the policy's refusal."""
     cluster = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "labels": {}}}
-    ctx = Context(owners=(cluster,), cluster_known=True, default_queue_exists=True,
+    ctx = PodContext(owners=(cluster,), default_queue_exists=True,
                   kueue_job_kinds=frozenset({"RayCluster"}), kueue_manages_unqueued=True)
     assert run(opted_in(rv.worker_review()), ctx).decision == "gated"
     # A pod KubeRay made from the template it read just before the hand-over: gated
     # (KubeRay deletes it on the suspend), not left to the policy to refuse.
     handed = {**RAYCLUSTER, "metadata": {**RAYCLUSTER["metadata"], "annotations": {
         **RAYCLUSTER["metadata"]["annotations"], c.HANDED_TO_KUEUE_ANNOTATION: "suspended"}}}
-    ctx_handed = Context(owners=(handed,), cluster_known=True,
+    ctx_handed = PodContext(owners=(handed,),
                          kueue_job_kinds=frozenset({"RayCluster"}), kueue_manages_unqueued=True)
     assert run(opted_in(rv.worker_review()), ctx_handed).decision == "gated"
 
 
 def test_the_queue_annotation_raykueue_moved_from_the_template_names_the_queue() -> None:
     review = rv.set_annotation(opted_in(rv.head_review()), c.QUEUE_ANNOTATION, "team-b")
-    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    outcome = run(review, PodContext(owners=(RAYCLUSTER,)))
     assert outcome.queue == "team-b" and outcome.reason.startswith("queue from pod annotation")
 
 
@@ -189,7 +192,7 @@ def test_a_ray_pod_that_is_not_opted_in_is_never_denied(value: str) -> None:
     cluster = copy.deepcopy(RAYCLUSTER)
     cluster["metadata"]["annotations"][c.STANDALONE_ANNOTATION] = value
     review = rv.set_annotation(rv.worker_review(), c.STANDALONE_ANNOTATION, value)
-    for ctx in (Context(owners=(cluster,), cluster_known=True), Context(cluster_known=True)):
+    for ctx in (PodContext(owners=(cluster,)), PodContext()):
         outcome = run(review, ctx)
         assert outcome.verdict.allowed and outcome.decision == "skipped"
 
@@ -199,14 +202,14 @@ def test_an_unstamped_pod_of_an_opted_in_cluster_is_not_gated_at_creation() -> N
     RayCluster opted in (the cluster was opted in before raykueue ran); the leader
     stamps that cluster and adopts its running pods (controller/adopt.py)."""
     review = rv.worker_review()
-    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    outcome = run(review, PodContext(owners=(RAYCLUSTER,)))
     assert outcome.verdict.allowed and outcome.verdict.patch is None
     assert (outcome.decision, outcome.reason) == ("skipped", "not opted in")
 
 
 def test_an_owner_missing_from_the_cache_never_denies_a_pod_that_is_not_stamped() -> None:
     review = with_queue(rv.worker_review())
-    ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
+    ctx = PodContext(unresolved_owner="RayCluster team-a/raycluster-gpu")
     outcome = run(review, ctx)
     assert outcome.verdict.allowed and outcome.verdict.patch is None
     assert outcome.reason == "not opted in"
@@ -214,7 +217,7 @@ def test_an_owner_missing_from_the_cache_never_denies_a_pod_that_is_not_stamped(
 
 def test_a_stamped_pod_whose_owner_is_missing_from_the_cache_is_retried() -> None:
     """It is opted in, and its queue or gang may live on the owner."""
-    ctx = Context(cluster_known=True, unresolved_owner="RayCluster team-a/raycluster-gpu")
+    ctx = PodContext(unresolved_owner="RayCluster team-a/raycluster-gpu")
     outcome = run(opted_in(with_queue(rv.worker_review())), ctx)
     assert not outcome.verdict.allowed
     assert "RayCluster team-a/raycluster-gpu" in outcome.verdict.message
@@ -227,19 +230,19 @@ def test_a_stamped_pod_whose_owner_is_missing_from_the_cache_is_retried() -> Non
 
 def test_pod_queue_label_wins_over_raycluster() -> None:
     review = with_queue(rv.worker_review(), "special")
-    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    outcome = run(review, PodContext(owners=(RAYCLUSTER,)))
     assert patched(review, outcome)["metadata"]["labels"][c.QUEUE_LABEL] == "special"
 
 
 def test_namespace_default_local_queue_is_the_fallback() -> None:
     review = opted_in(rv.head_review())
-    outcome = run(review, Context(cluster_known=True, default_queue_exists=True))
+    outcome = run(review, PodContext(default_queue_exists=True))
     assert patched(review, outcome)["metadata"]["labels"][c.QUEUE_LABEL] == "default"
     assert "default LocalQueue" in outcome.reason
 
 
 def test_no_queue_is_denied_naming_the_annotation_the_docs_use() -> None:
-    outcome = run(opted_in(rv.head_review()), Context(cluster_known=True))
+    outcome = run(opted_in(rv.head_review()), PodContext())
     assert not outcome.verdict.allowed
     # README and examples name the queue with the annotation (the label on a Ray object
     # is moved to it, which GitOps sees as drift): the advice must say the same.
@@ -284,7 +287,7 @@ def test_head_and_worker_get_their_default_priority_classes() -> None:
 
 def test_priority_defaults_are_configurable() -> None:
     review = opted_in(with_queue(rv.worker_review()))
-    pod = patched(review, run(review, policy=Policy("vip-head", "spot-worker")))
+    pod = patched(review, run(review, policy=PriorityPolicy("vip-head", "spot-worker")))
     assert pod["metadata"]["labels"][c.PRIORITY_CLASS_LABEL] == "spot-worker"
 
 
@@ -298,7 +301,7 @@ def test_a_worker_may_not_name_a_head_only_priority_class(role: str) -> None:
         return
     assert not outcome.verdict.allowed
     assert "ray-head" in outcome.verdict.message and "only Ray heads" in outcome.verdict.message
-    strict = Policy(head_only_priority_classes=frozenset({"gold"}))
+    strict = PriorityPolicy(head_only_priority_classes=frozenset({"gold"}))
     assert not run(rv.set_label(review, c.PRIORITY_CLASS_LABEL, "gold"), policy=strict).verdict.allowed
     assert run(review, policy=strict).decision == "gated"
 
@@ -312,8 +315,8 @@ def test_explicit_priority_label_on_pod_wins() -> None:
 def test_pod_priority_class_is_set_only_when_configured() -> None:
     review = opted_in(with_queue(rv.head_review()))
     assert "priorityClassName" not in patched(review, run(review))["spec"]
-    policy = Policy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
-    ctx = Context(priority_values={"ray-head-pc": 100000})
+    policy = PriorityPolicy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
+    ctx = PodContext(priority_values={"ray-head-pc": 100000})
     pod = patched(review, run(review, ctx, policy))
     assert pod["spec"]["priorityClassName"] == "ray-head-pc"
     assert pod["spec"]["priority"] == 100000
@@ -321,8 +324,8 @@ def test_pod_priority_class_is_set_only_when_configured() -> None:
 
 def test_unknown_pod_priority_class_is_a_warning_not_a_denial() -> None:
     review = opted_in(with_queue(rv.worker_review()))
-    policy = Policy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
-    outcome = run(review, Context(), policy)
+    policy = PriorityPolicy(pod_priority=PodPriority("ray-head-pc", "ray-worker-pc"))
+    outcome = run(review, PodContext(), policy)
     assert outcome.decision == "gated"
     assert "priorityClassName" not in patched(review, outcome)["spec"]
     assert any("ray-worker-pc" in w for w in outcome.verdict.warnings)
@@ -371,7 +374,7 @@ def test_pod_without_labels_map_gets_one() -> None:
     review = opted_in(rv.head_review())
     pod = rv.pod_of(review)
     pod["metadata"]["labels"] = None
-    outcome = run(review, Context(owners=(RAYCLUSTER,), cluster_known=True))
+    outcome = run(review, PodContext(owners=(RAYCLUSTER,)))
     # No node-type label means it is not a Ray pod at all.
     assert outcome.decision == "skipped"
 

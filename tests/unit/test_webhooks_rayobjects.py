@@ -18,9 +18,11 @@ import jsonpatch
 import pytest
 
 from raykueue.core import contract as c
+from raykueue.core.priority import PriorityPolicy
 from raykueue.webhooks.admit import admit_ray_object
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
-from raykueue.webhooks.rayobjects import Facts, RayObjectPolicy, Stage
+from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage
+from raykueue.webhooks.rayrules import NamespaceFacts
 from raykueue.webhooks.review import Review
 
 SUSPEND = {"RayCluster": ("spec",), "RayJob": ("spec",), "RayService": ("spec", "rayClusterConfig")}
@@ -29,8 +31,8 @@ CLUSTER_SPEC = {"RayCluster": ("spec",), "RayJob": ("spec", "rayClusterSpec"),
 KINDS = ("RayCluster", "RayJob", "RayService")
 OPTED_IN = {c.STANDALONE_ANNOTATION: "true"}
 POLICY = RayObjectPolicy(allocate_timeout=86400)
-NO_DEFAULT_QUEUE = Facts(namespace="team-a")
-DEFAULT_QUEUE = Facts(default_queue_exists=True, namespace="team-a")
+NO_DEFAULT_QUEUE = NamespaceFacts(namespace="team-a")
+DEFAULT_QUEUE = NamespaceFacts(default_queue_exists=True, namespace="team-a")
 
 
 def ray_object(kind: str, *, annotations: dict[str, str] | None = None,
@@ -90,19 +92,19 @@ def review(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] |
 
 
 def outcome(obj: dict[str, Any], stage: Stage, operation: str = "CREATE", old: dict[str, Any] | None = None,
-            facts: Facts = NO_DEFAULT_QUEUE, policy: RayObjectPolicy = POLICY):
+            facts: NamespaceFacts = NO_DEFAULT_QUEUE, policy: RayObjectPolicy = POLICY):
     return admit_ray_object(review(obj, operation, old), stage, facts, policy)
 
 
 def through(obj: dict[str, Any], stage: Stage, operation: str = "CREATE", old: dict[str, Any] | None = None,
-            facts: Facts = NO_DEFAULT_QUEUE, policy: RayObjectPolicy = POLICY) -> dict[str, Any]:
+            facts: NamespaceFacts = NO_DEFAULT_QUEUE, policy: RayObjectPolicy = POLICY) -> dict[str, Any]:
     answer = outcome(obj, stage, operation, old, facts, policy)
     assert answer.verdict.allowed, answer.verdict.message
     return jsonpatch.apply_patch(obj, answer.verdict.patch or [])
 
 
 def refusal(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None,
-            facts: Facts = NO_DEFAULT_QUEUE, policy: RayObjectPolicy = POLICY) -> str:
+            facts: NamespaceFacts = NO_DEFAULT_QUEUE, policy: RayObjectPolicy = POLICY) -> str:
     answer = outcome(obj, Stage.FIRST, operation, old, facts, policy)
     assert not answer.verdict.allowed, "expected a refusal"
     return answer.verdict.message
@@ -390,7 +392,8 @@ def test_a_worker_template_may_not_name_the_heads_priority_class(kind: str) -> N
     cluster_spec(head)["headGroupSpec"]["template"]["metadata"]["labels"] = {
         c.PRIORITY_CLASS_LABEL: c.DEFAULT_HEAD_PRIORITY_CLASS}
     assert outcome(head, Stage.FIRST).verdict.allowed
-    strict = RayObjectPolicy(head_only_priority_classes=frozenset({"gold", c.DEFAULT_HEAD_PRIORITY_CLASS}))
+    strict = RayObjectPolicy(priority=PriorityPolicy(
+        head_only_priority_classes=frozenset({"gold", c.DEFAULT_HEAD_PRIORITY_CLASS})))
     worker_labels = cluster_spec(obj)["workerGroupSpecs"][1]["template"]["metadata"]["labels"]
     worker_labels[c.PRIORITY_CLASS_LABEL] = "gold"
     assert "gold" in refusal(obj, policy=strict)
@@ -409,16 +412,16 @@ def test_a_worker_priority_an_update_did_not_bring_is_left_alone() -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_opting_in_where_kueue_manages_unqueued_ray_jobs_is_refused(kind: str) -> None:
     obj = ray_object(kind, annotations=OPTED_IN)
-    message = refusal(obj, facts=Facts(kueue_manages_unqueued=True, namespace="team-a"))
+    message = refusal(obj, facts=NamespaceFacts(kueue_manages_unqueued=True, namespace="team-a"))
     assert "manageJobsWithoutQueueName" in message and "team-a" in message
-    assert "labels of namespace team-a" in refusal(obj, facts=Facts(kueue_manages_unqueued=None,
+    assert "labels of namespace team-a" in refusal(obj, facts=NamespaceFacts(kueue_manages_unqueued=None,
                                                                      namespace="team-a"))
     # A cluster opted in before Kueue's setup changed keeps updating.
     stored = create(obj, default_queue_exists=False)
     update = copy.deepcopy(stored)
     update["metadata"].setdefault("labels", {})[c.QUEUE_LABEL] = "team-c"
     assert outcome(update, Stage.FIRST, "UPDATE", stored,
-                   facts=Facts(kueue_manages_unqueued=True, namespace="team-a")).verdict.allowed
+                   facts=NamespaceFacts(kueue_manages_unqueued=True, namespace="team-a")).verdict.allowed
 
 
 @pytest.mark.parametrize("kind", KINDS)
