@@ -87,7 +87,7 @@ class Cluster:
     falls back to admission-only because the API server did not answer when it
     started: until it does, /readyz says why it is not ready, and the webhook's
     view holds nothing, so a pod that a RayCluster may opt in is refused, never
-    let through ungated (issue 21).
+    let through ungated.
     """
 
     def __init__(self, settings: Settings, found: Configured) -> None:
@@ -273,7 +273,7 @@ def start(settings: Settings) -> Runtime:
         # unready: that would stop every opted-in Ray pod in the cluster.
         readiness.append(Readiness("kueue", cluster.kueue_ready))
         # The same for raykueue's ValidatingAdmissionPolicies: missing ones are
-        # named with what is unprotected without them (issue 28), never unready.
+        # named with what is unprotected without them, never unready.
         readiness.append(Readiness("policies", cluster.policies_ready))
     if leadership is not None:
         if certs.keeper is not None:

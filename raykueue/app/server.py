@@ -25,7 +25,15 @@ from raykueue.app.metrics import ADMISSION_LATENCY, ADMISSION_REQUESTS, BAD_REQU
 from raykueue.core import contract as c
 from raykueue.core.objects import display_name
 from raykueue.webhooks.admit import Outcome
-from raykueue.webhooks.review import BadReview, Review, Verdict, encode, encode_error, parse, request_uid
+from raykueue.webhooks.review import (
+    BadReview,
+    Review,
+    ReviewResponse,
+    encode,
+    encode_error,
+    parse,
+    request_uid,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -127,7 +135,7 @@ class AdmissionEndpoint:
         except Exception:
             log.exception("decision failed", extra={"uid": review.uid})
             outcome = Outcome(
-                Verdict(False, code=500, message="raykueue failed to decide on this pod; "
+                ReviewResponse(False, code=500, message="raykueue failed to decide on this pod; "
                         "see the raykueue server log for the request uid " + review.uid),
                 "error",
             )

@@ -207,7 +207,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _controller_identity(self) -> Settings:
         # A fixed default named raykueue-system's account: installed anywhere
-        # else (Helm's release namespace), no gate was ever lifted (issue 21).
+        # else (Helm's release namespace), no gate was ever lifted.
         if not self.controller_identities:
             self.controller_identities = [
                 c.service_account_user(self.pod_namespace, self.service_account)]

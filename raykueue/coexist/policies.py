@@ -1,4 +1,4 @@
-"""Whether the API server enforces raykueue's three ValidatingAdmissionPolicies (issue 28).
+"""Whether the API server enforces raykueue's three ValidatingAdmissionPolicies.
 
 The policies guard what no raykueue process can: they hold while raykueue is
 down, and they bound raykueue's own account. They are only there if the API

@@ -41,7 +41,7 @@ from raykueue.controller import workload as w
 from raykueue.controller.caches import RAYCLUSTERS, discover_version, workload_resource
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, controller_ref, gate_names, labels, metadata, spec
-from raykueue.core.pods import kueue_claims, role_of
+from raykueue.core.podrole import kueue_claims, role_of
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import admitted_whole, is_opted_in, is_stamped, templates
 from raykueue.kube import resources as r
@@ -150,7 +150,7 @@ def stamp_patch(cluster: Obj) -> Patch:
     return [{"op": "test", "path": "/metadata/uid", "value": metadata(cluster).get("uid")}]
 
 
-def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
+def own_head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
     """Whether a head of the cluster is raykueue's and its own Workload is admitted."""
     for head, wl in heads:
         if p.is_deleting(head) or p.is_terminal(head) or wl is None:
@@ -302,7 +302,7 @@ class Adopter:
                 if not exc.is_not_found:
                     raise
                 pairs.append((head, None))
-        return head_admitted(pairs)
+        return own_head_admitted(pairs)
 
     def _workload_version(self) -> str:
         if self._version is None:

@@ -68,7 +68,7 @@ def discover_version(rest: Rest) -> str | None:
 # core.rayobjects.slim_raycluster, the admission side's transform too.
 # Of a pod's spec: the gate, and the placement a gate lift adds to.
 # nodeName and each container's state kind: whether a pod being deleted has stopped
-# (decide.release holds its quota until then, issue 28).
+# (decide.release holds its quota until then).
 POD_SPEC_KEPT: Final = ("schedulingGates", "nodeSelector", "tolerations", "nodeName")
 POD_STATUS_KEPT: Final = ("phase", "message")
 POD_CONDITIONS_KEPT: Final = frozenset({"Ready"})
@@ -206,7 +206,7 @@ def slim_head(obj: dict[str, Any]) -> dict[str, Any]:
 
     A head raykueue did not create (the opt-in came later, or raykueue was
     installed while the cluster ran) has none of our labels; its workers still
-    wait for it (issue 21). That is all the controller asks of it.
+    wait for it. That is all the controller asks of it.
     """
     out = _kind_and_meta(obj, _POD_META_SHARED)
     out["spec"] = _pick(obj.get("spec"), HEAD_SPEC_KEPT)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.core.clock import timestamp
@@ -112,7 +113,7 @@ def read(wl: Obj) -> Seen | None:
     pod = owner[0] if owner is not None and owner[0] else f"gang base {meta.get('name')}"
     base = Seen(str(uid), (str(ns), str(cluster)), pod, NEW, w.queue_name(wl) or "",
                 timestamp(meta.get("creationTimestamp")))
-    if w.is_finished(wl) or w.is_deleting(wl):
+    if w.is_finished(wl) or p.is_deleting(wl):
         return _with(base, ENDED)
     if w.is_evicted(wl):
         cond = w.condition(wl, w.EVICTED) or {}

@@ -50,8 +50,8 @@ def claims(pod: Obj | None, workloads: Iterable[Obj]) -> Claims:
     expected = w.workload_name(pod)
     named = [x for x in ours if p.name(x) == expected]
     # Two of that name only while one is being deleted and the next created.
-    current = next((x for x in named if not w.is_deleting(x)), named[0] if named else None)
-    duplicates = [x for x in ours if p.name(x) != expected and not w.is_deleting(x)]
+    current = next((x for x in named if not p.is_deleting(x)), named[0] if named else None)
+    duplicates = [x for x in ours if p.name(x) != expected and not p.is_deleting(x)]
     duplicates.sort(key=lambda x: (str(metadata(x).get("creationTimestamp")), p.name(x)))
     return Claims(current, tuple(duplicates), tuple(foreign), tuple(stale))
 

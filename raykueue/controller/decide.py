@@ -47,7 +47,7 @@ from raykueue.controller.actions import (
 from raykueue.controller.current import claims
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, gate_names, labels, metadata
-from raykueue.core.pods import kueue_claims, role_of
+from raykueue.core.podrole import kueue_claims, role_of
 from raykueue.core.priority import Missing, workload_priority
 
 
@@ -124,7 +124,7 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
 
     if current is None:
         return actions + _without_workload(pod, ctx)
-    if w.is_deleting(current):
+    if p.is_deleting(current):
         # Its name is the one a new Workload would take: wait until it is gone.
         return [*actions, Wait(f"Workload {p.name(current)} is being deleted")]
     return actions + _with_workload(pod, current, ctx)
@@ -362,7 +362,7 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
 
 
 def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
-    if w.is_finished(wl) or w.is_deleting(wl):
+    if w.is_finished(wl) or p.is_deleting(wl):
         return []
     return [FinishWorkload(p.name(wl), reason, message)]
 
@@ -380,7 +380,7 @@ def release(pod: Obj, wl: Obj, gone: bool = False) -> list[Action]:
     which keeps the outcome readable until the pod goes; an already Finished
     Workload is left to the garbage collector.
     """
-    if w.is_finished(wl) or w.is_deleting(wl):
+    if w.is_finished(wl) or p.is_deleting(wl):
         return []
     reason, message = end_of_pod(pod)
     if p.is_deleting(pod) and (gone or removal.has_stopped(pod)):

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raykueue.controller import admission as adm
 from raykueue.controller import decide as d
 from raykueue.controller import gang_decide as gd
+from raykueue.controller import kueue_admission as adm
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.current import claims
@@ -23,7 +23,7 @@ from raykueue.controller.live import ApiSource, get, items
 from raykueue.controller.verdict import verdict
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 
@@ -243,7 +243,7 @@ def _gang(rest: Rest, namespace: str, pod: Obj, workloads: Sequence[Obj],
     members = [x for x in items(rest.get(r.PODS.path(namespace), {
         "labelSelector": f"{c.GANG_LABEL}={cluster}"})) if gd.is_gang_pod(x)]
     owned = {p.uid(x): wl for x in members for wl in workloads
-             if w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(x) and not w.is_deleting(wl)
+             if w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(x) and not p.is_deleting(wl)
              and not w.is_finished(wl)}
     base = next((x for x in workloads
                  if gd.is_base(x) and labels(x).get(c.GANG_LABEL) == cluster), None)
@@ -307,7 +307,7 @@ def _state(wl: Obj) -> str:
 def _pending(wl: Obj) -> bool:
     active = (wl.get("spec") or {}).get("active", True) is not False
     return active and not w.is_quota_reserved(wl) and not w.is_finished(wl) and \
-        not w.is_deleting(wl)
+        not p.is_deleting(wl)
 
 
 def _ordinal(n: int) -> str:

@@ -23,7 +23,7 @@ from raykueue.controller.facts import Facts, gather
 from raykueue.controller.live import ApiSource, get, items
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, annotations, labels
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from raykueue.controller import admission as adm
 from raykueue.controller import decide as d
+from raykueue.controller import kueue_admission as adm
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.current import current_workload
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,16 +74,16 @@ def gather(source: Source, pod: Obj, base: d.Context,
     if base.head_first and role_of(pod) == c.ROLE_WORKER and (p.is_gated(pod) or current is None):
         cluster = (p.key(pod)[0], p.cluster(pod))
         if heads_seen is None:
-            head_ok = head_admitted(source, pod)
+            head_ok = cluster_head_can_run(source, pod)
         elif (seen := heads_seen.get(cluster)) is not None:
             head_ok = seen
         else:
-            head_ok = heads_seen[cluster] = head_admitted(source, pod)
+            head_ok = heads_seen[cluster] = cluster_head_can_run(source, pod)
     return Facts(pod, workloads, replace(base, head_admitted=head_ok, flavors=flavors,
                                          priority_values=values))
 
 
-def head_admitted(source: Source, pod: Obj) -> bool:
+def cluster_head_can_run(source: Source, pod: Obj) -> bool:
     """Whether the pod's cluster has a head that can run, each head judged by
     its own Workload under the same rule as the pod's."""
     cluster = p.cluster(pod)

@@ -23,7 +23,7 @@ from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, annotations, labels, metadata, spec
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 
 
 def is_gang_pod(pod: Obj) -> bool:

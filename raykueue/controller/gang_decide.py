@@ -38,7 +38,7 @@ from raykueue.controller.actions import (
 )
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.core.priority import Missing, workload_priority
 
 # Re-exported: the names readers of gang clusters use.
@@ -140,7 +140,7 @@ def _requeue(base: Obj, live: Sequence[Obj], standing: Sequence[Obj], reason: st
     steps: list[Step] = [(p.name(x), EvictPod(p.name(base), reason, message,
                                               role_of(x) == c.ROLE_HEAD))
                          for x in live if not p.is_deleting(x) and not p.is_gated(x)]
-    if w.is_deleting(base):
+    if p.is_deleting(base):
         return steps
     if standing:
         names = ", ".join(sorted(p.name(x) for x in standing))
@@ -181,14 +181,14 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
     # Pods the base covers that still run (being deleted included): the base keeps
     # their quota until they have stopped (issue 28).
     standing = [x for x in pods if p.uid(x) not in own and not removal.has_stopped(x)]
-    if base is not None and not w.is_deleting(base) and not live and not standing:
+    if base is not None and not p.is_deleting(base) and not live and not standing:
         # Every pod of the gang has stopped or gone: the base's quota is free to go.
         return [(None, DeleteWorkload(p.name(base), p.uid(base), GANG_REQUEUED,
                                       "every pod of the gang has stopped or gone"))], g.Plan()
     mins = _mins(live, heads, ctx)
     if mins is None:
         return [(None, Wait("no gang pod carries its base counts"))], g.Plan()
-    if base is not None and w.is_deleting(base):
+    if base is not None and p.is_deleting(base):
         return [(None, Wait(f"base Workload {p.name(base)} is being deleted"))], g.Plan()
     in_base = [x for x in live if p.uid(x) not in own]
     if base is not None and heads:

@@ -28,7 +28,7 @@ from raykueue.controller.state import Key, State
 from raykueue.core import contract as c
 from raykueue.core.clock import now_time, timestamp
 from raykueue.core.objects import Obj, metadata
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.kube import resources as r
 from raykueue.kube.events import WARNING
 from raykueue.kube.rest import ApiError, Rest
@@ -326,7 +326,7 @@ def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     m.PODS_EVICTED.labels(role=role, reason=action.reason).inc()
 
 
-def _delete_pod(env: Env, action: a.EvictPod, at: Pass, pod: Obj, verdict: removal.Verdict,
+def _delete_pod(env: Env, action: a.EvictPod, at: Pass, pod: Obj, verdict: removal.Justification,
                 regarding: Obj | None) -> None:
     ns, name = at.key
     by = "Kueue" if verdict.cause == removal.KUEUE_EVICTED else "raykueue"

@@ -58,7 +58,7 @@ from raykueue.controller.stuck import StuckGates
 from raykueue.controller.workqueue import WorkQueue
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import ApiError, Rest
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from raykueue.controller import admission as adm
+from raykueue.controller import kueue_admission as adm
 from raykueue.controller import pods as p
 from raykueue.controller.actions import CONFLICT_NODE_SELECTOR, Action, LiftGate, ReportConflict, Wait
 from raykueue.core.objects import Obj

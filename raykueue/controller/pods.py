@@ -77,8 +77,9 @@ def is_terminal(pod: Obj) -> bool:
     return phase(pod) in ("Succeeded", "Failed")
 
 
-def is_deleting(pod: Obj) -> bool:
-    return bool(metadata(pod).get("deletionTimestamp"))
+def is_deleting(obj: Obj) -> bool:
+    """Being deleted: a pod, a Workload or any object (the readers here serve them all)."""
+    return bool(metadata(obj).get("deletionTimestamp"))
 
 
 def is_ready(pod: Obj) -> bool:

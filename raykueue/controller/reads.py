@@ -35,7 +35,7 @@ from raykueue.controller.retry import Retry
 from raykueue.controller.state import ORPHANS, Key, State
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.core.rayobjects import group_minimums
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
@@ -178,7 +178,7 @@ class Reader:
             wl = self.workload(ns, w.workload_name(pod))
             # A finished one too: its pod is on its way out, no base pod (gang_decide).
             if (wl is not None and w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(pod)
-                    and not w.is_deleting(wl)):
+                    and not p.is_deleting(wl)):
                 own[p.uid(pod)] = wl
         base: Obj | None = None
         ref = next((r for r in map(gd.raycluster_ref, pods) if r is not None), None)
@@ -187,7 +187,7 @@ class Reader:
             base = self.workload(ns, name)
             if base is None and any(not p.is_gated(x) and not p.is_deleting(x) for x in pods):
                 # Pods stand past the gate: a base missing from the cache is no evidence
-                # that there is none (issue 28); the API server says.
+                # that there is none; the API server says.
                 base = self._live_workload(ns, name)
         elif not pods:
             # Its last pod went: the base is found by its label, so that it does not

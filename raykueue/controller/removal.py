@@ -1,6 +1,6 @@
 """The one rule that lets raykueue remove a pod, as a pure function of live reads.
 
-raykueue deletes a pod for exactly two causes (issue 28):
+raykueue deletes a pod for exactly two causes:
 
 - KUEUE_EVICTED: Kueue evicted or preempted the pod's own Workload (for a gang's
   base pod, the base covering it): the live Workload says Evicted=True and
@@ -32,7 +32,7 @@ from raykueue.controller.actions import OUTSIDE_QUOTA
 from raykueue.core import contract as c
 from raykueue.core.clock import timestamp
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.core.rayobjects import is_opted_in
 
 KUEUE_EVICTED: Final = "KueueEvicted"
@@ -48,7 +48,7 @@ ENFORCEMENTS: Final = (ENFORCE, REPORT)
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Justification:
     """Whether removing the pod is justified now, by which cause, and the evidence
     (what the Event and the log say either way)."""
 
@@ -75,7 +75,7 @@ def not_admitted_since(wl: Obj) -> float | None:
 def own_workload(pod: Obj, wl: Obj | None) -> bool:
     """The Workload is raykueue's, for this very pod (not a namesake's), and standing."""
     return (wl is not None and w.is_ours(wl) and p.name(wl) == w.workload_name(pod)
-            and w.pod_uid_of(wl) == p.uid(pod) and not w.is_deleting(wl))
+            and w.pod_uid_of(wl) == p.uid(pod) and not p.is_deleting(wl))
 
 
 def outside_quota_left(pod: Obj, wl: Obj | None, now: float | None, grace: float) -> float | None:
@@ -149,7 +149,7 @@ def _covers_as_base(base: Obj, pod: Obj, own: Obj | None) -> bool:
 
 def confirm(expected_uid: str, pod: Obj | None, own: Obj | None, evidence: Obj | None,
             raycluster: Obj | None, peers: Sequence[tuple[Obj, Obj | None]],
-            now: float, grace: float) -> Verdict:
+            now: float, grace: float) -> Justification:
     """Whether removing the pod is still justified, from live reads only.
 
     `expected_uid`: the pod the decision was about. `pod`: the live pod (None: gone).
@@ -159,57 +159,57 @@ def confirm(expected_uid: str, pod: Obj | None, own: Obj | None, evidence: Obj |
     cluster with their own live Workloads (needed for OUTSIDE_QUOTA only).
     """
     if pod is None:
-        return Verdict(False, "", "the pod is gone already")
+        return Justification(False, "", "the pod is gone already")
     if p.uid(pod) != expected_uid:
-        return Verdict(False, "", f"a namesake (uid {p.uid(pod)}) stands in place of pod "
+        return Justification(False, "", f"a namesake (uid {p.uid(pod)}) stands in place of pod "
                                   f"{expected_uid}; it is not the one decided on")
     if p.is_deleting(pod):
-        return Verdict(False, "", "the pod is being deleted already")
+        return Justification(False, "", "the pod is being deleted already")
     name = p.name(pod)
 
     # (a) Kueue evicted the pod's own Workload (or the gang base covering it).
     for wl in (own, evidence):
-        if wl is None or not w.is_evicted(wl) or w.is_deleting(wl):
+        if wl is None or not w.is_evicted(wl) or p.is_deleting(wl):
             continue
         if own_workload(pod, wl) or _covers_as_base(wl, pod, own):
             cond = w.condition(wl, w.EVICTED) or {}
-            return Verdict(True, KUEUE_EVICTED, (
+            return Justification(True, KUEUE_EVICTED, (
                 f"Workload {p.name(wl)} (uid {p.uid(wl)}) of pod {name} is Evicted=True, "
                 f"reason {cond.get('reason') or '?'}: {cond.get('message') or ''}".rstrip()))
 
     # (b) raykueue's own: past the gate, its own Workload not admitted past the grace.
     if own is None:
-        return Verdict(False, "", f"no Workload {w.workload_name(pod)} exists for pod {name} "
+        return Justification(False, "", f"no Workload {w.workload_name(pod)} exists for pod {name} "
                                   "in the API server; nothing proves the pod is outside quota")
     if not own_workload(pod, own):
-        return Verdict(False, "", f"Workload {p.name(own)} is not raykueue's Workload for pod "
+        return Justification(False, "", f"Workload {p.name(own)} is not raykueue's Workload for pod "
                                   f"{name} (uid {p.uid(pod)})")
     left = outside_quota_left(pod, own, now, grace)
     if left is None:
         state = ("admitted" if w.is_admitted(own) else "gated" if p.is_gated(pod)
                  else "finished" if w.is_finished(own) else "evicted" if w.is_evicted(own)
                  else "gang-covered" if labels(pod).get(c.GANG_LABEL) else "not judged")
-        return Verdict(False, "", f"pod {name} with Workload {p.name(own)}: {state}; neither "
+        return Justification(False, "", f"pod {name} with Workload {p.name(own)}: {state}; neither "
                                   "Kueue evicted it nor does it run outside quota")
     if left > 0:
-        return Verdict(False, "", f"Workload {p.name(own)} is not admitted, but its grace "
+        return Justification(False, "", f"Workload {p.name(own)} is not admitted, but its grace "
                                   f"has {left:.0f}s left")
     ref = raycluster_ref(pod)
     if ref is None or raycluster is None or p.uid(raycluster) != ref["uid"]:
-        return Verdict(False, "", f"pod {name}'s RayCluster could not be read live")
+        return Justification(False, "", f"pod {name}'s RayCluster could not be read live")
     if metadata(raycluster).get("deletionTimestamp"):
-        return Verdict(False, "", f"RayCluster {p.name(raycluster)} is being deleted; its pods "
+        return Justification(False, "", f"RayCluster {p.name(raycluster)} is being deleted; its pods "
                                   "go with it")
     if not is_opted_in(raycluster):
-        return Verdict(False, "", f"RayCluster {p.name(raycluster)} no longer opts in "
+        return Justification(False, "", f"RayCluster {p.name(raycluster)} no longer opts in "
                                   f"({c.STANDALONE_ANNOTATION} is not \"true\")")
     waiting = ahead_of(pod, own, peers, now, grace)
     if waiting is not None:
-        return Verdict(False, "", waiting)
+        return Justification(False, "", waiting)
     since = not_admitted_since(own) or 0.0
     # Stable from pass to pass (a time, not an age), so that a report is sent once.
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
-    return Verdict(True, OUTSIDE_QUOTA, (
+    return Justification(True, OUTSIDE_QUOTA, (
         f"pod {name} ({role_of(pod)}) is past the gate while its Workload {p.name(own)} "
         f"(uid {p.uid(own)}, priority {_priority(own)}) has not been admitted since "
         f"{stamp}, longer than the grace of {grace:.0f}s; RayCluster {p.name(raycluster)} "

@@ -27,7 +27,7 @@ from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.kube.cache import DELETED
 
 Key = tuple[str, str]  # (namespace, pod name)

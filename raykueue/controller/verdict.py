@@ -68,7 +68,7 @@ def _for_the_pod(facts: Facts, current: Obj | None) -> list[a.Action]:
 
 
 def _live(current: Obj | None) -> bool:
-    return current is not None and not w.is_finished(current) and not w.is_deleting(current)
+    return current is not None and not w.is_finished(current) and not p.is_deleting(current)
 
 
 def _reason(current: Obj | None, actions: list[a.Action]) -> str:

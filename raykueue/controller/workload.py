@@ -343,10 +343,6 @@ def is_finished(wl: Obj) -> bool:
     return is_true(wl, FINISHED)
 
 
-def is_deleting(obj: Obj) -> bool:
-    return bool(metadata(obj).get("deletionTimestamp"))
-
-
 def pods_ready(wl: Obj) -> bool | None:
     """True/False from the PodsReady condition; None when it is absent, which
     Kueue's WaitForPodsReady treats like False/WaitForStart."""

@@ -11,14 +11,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from raykueue.core.objects import display_name
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import RAY_OBJECT_KINDS, is_opted_in
 from raykueue.webhooks.classify import Deny, Manage, PodContext, Skip, classify
 from raykueue.webhooks.mutate import gate_patch
 from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage, first, last
 from raykueue.webhooks.rayrules import NamespaceFacts, Refused
-from raykueue.webhooks.review import Review, Verdict
+from raykueue.webhooks.review import Review, ReviewResponse
 from raykueue.webhooks.validate import Denied, judge_update
 
 
@@ -26,7 +26,7 @@ from raykueue.webhooks.validate import Denied, judge_update
 class Outcome:
     """A verdict plus what the decision log line and metrics report."""
 
-    verdict: Verdict
+    verdict: ReviewResponse
     decision: str  # gated | skipped | denied | allowed
     role: str = ""
     queue: str = ""
@@ -36,20 +36,20 @@ class Outcome:
 
 def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Outcome:
     if review.operation != "CREATE":
-        return Outcome(Verdict(True), "skipped", reason=f"{review.operation} is not handled")
+        return Outcome(ReviewResponse(True), "skipped", reason=f"{review.operation} is not handled")
     pod = review.object
     decision = classify(pod, ctx, policy)
     role = role_of(pod) or ""
     match decision:
         case Skip(reason=reason, warning=warning):
             warnings = (warning,) if warning else ()
-            return Outcome(Verdict(True, warnings=warnings), "skipped", role=role, reason=reason)
+            return Outcome(ReviewResponse(True, warnings=warnings), "skipped", role=role, reason=reason)
         case Deny(message=message):
-            return Outcome(Verdict(False, message=message), "denied", role=role, reason=message)
+            return Outcome(ReviewResponse(False, message=message), "denied", role=role, reason=message)
         case Manage():
             patch = gate_patch(pod, decision)
             return Outcome(
-                Verdict(True, patch=patch or None, warnings=decision.warnings),
+                ReviewResponse(True, patch=patch or None, warnings=decision.warnings),
                 "gated",
                 role=role,
                 queue=decision.queue,
@@ -62,12 +62,12 @@ def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Out
 def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
     role = role_of(review.object) or ""
     if review.operation != "UPDATE" or review.old_object is None:
-        return Outcome(Verdict(True), "allowed", role=role, reason=f"{review.operation} not judged")
+        return Outcome(ReviewResponse(True), "allowed", role=role, reason=f"{review.operation} not judged")
     judgement = judge_update(review.old_object, review.object, review.username, controllers)
     if isinstance(judgement, Denied):
-        return Outcome(Verdict(False, message=judgement.message), "denied", role=role,
+        return Outcome(ReviewResponse(False, message=judgement.message), "denied", role=role,
                        reason=judgement.message)
-    return Outcome(Verdict(True), "allowed", role=role, reason=judgement.reason)
+    return Outcome(ReviewResponse(True), "allowed", role=role, reason=judgement.reason)
 
 
 def admit_ray_object(review: Review, stage: Stage, facts: NamespaceFacts, policy: RayObjectPolicy) -> Outcome:
@@ -75,16 +75,16 @@ def admit_ray_object(review: Review, stage: Stage, facts: NamespaceFacts, policy
     obj = review.object
     kind = obj.get("kind")
     if kind not in RAY_OBJECT_KINDS or review.operation not in ("CREATE", "UPDATE"):
-        return Outcome(Verdict(True), "skipped", reason=f"{kind} {review.operation} is not handled")
+        return Outcome(ReviewResponse(True), "skipped", reason=f"{kind} {review.operation} is not handled")
     if stage is Stage.FIRST:
         answer = first(obj, review.old_object, review.operation, facts, policy)
     else:
         answer = last(obj, review.operation, facts)
     if isinstance(answer, Refused):
-        return Outcome(Verdict(False, message=answer.message), "denied", reason=answer.message)
+        return Outcome(ReviewResponse(False, message=answer.message), "denied", reason=answer.message)
     if not is_opted_in(obj) and not answer.patch:
-        return Outcome(Verdict(True), "skipped", reason="not opted in")
+        return Outcome(ReviewResponse(True), "skipped", reason="not opted in")
     decision = "hidden" if stage is Stage.FIRST else "restored"
     what = answer.what if answer.patch else f"{answer.what}; nothing to change"
-    return Outcome(Verdict(True, patch=answer.patch or None), decision,
+    return Outcome(ReviewResponse(True, patch=answer.patch or None), decision,
                    reason=f"{kind} {display_name(obj)}: {what}")

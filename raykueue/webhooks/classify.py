@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from raykueue.core import contract as c
 from raykueue.core import priority
 from raykueue.core.objects import Obj, annotations, display_name, is_dns1123_subdomain, labels, spec
-from raykueue.core.pods import has_ray_owner, kueue_claims, role_of
+from raykueue.core.podrole import has_ray_owner, kueue_claims, role_of
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import admitted_whole, group_minimums, handed_to_kueue, has_worker_groups
 

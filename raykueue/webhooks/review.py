@@ -38,7 +38,7 @@ class Review:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class ReviewResponse:
     """A webhook's answer before it is encoded.
 
     `patch` is a JSONPatch (list of operations) or None; `message` explains a
@@ -109,7 +109,7 @@ def request_uid(body: bytes) -> str | None:
     return uid if isinstance(uid, str) else None
 
 
-def encode(uid: str, verdict: Verdict) -> bytes:
+def encode(uid: str, verdict: ReviewResponse) -> bytes:
     response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
     if verdict.patch:
         response["patchType"] = "JSONPatch"

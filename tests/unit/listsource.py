@@ -11,7 +11,7 @@ from raykueue.controller.current import names_pod
 from raykueue.controller.facts import Facts, gather
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj
-from raykueue.core.pods import role_of
+from raykueue.core.podrole import role_of
 
 
 class ListSource:

@@ -131,11 +131,11 @@ def test_workers_wait_for_the_heads_own_admitted_workload() -> None:
     wl = {"metadata": {"name": w.workload_name(head), "ownerReferences": [
         {"apiVersion": "v1", "kind": "Pod", "name": "head", "uid": "uid-head"}]},
           "status": {"conditions": []}}
-    assert not adopt.head_admitted([(head, None)])
-    assert not adopt.head_admitted([(head, wl)])
+    assert not adopt.own_head_admitted([(head, None)])
+    assert not adopt.own_head_admitted([(head, wl)])
     wl["status"]["conditions"] = [{"type": w.QUOTA_RESERVED, "status": "True"},
                                   {"type": w.ADMITTED, "status": "True"}]
-    assert adopt.head_admitted([(head, wl)])
+    assert adopt.own_head_admitted([(head, wl)])
     going = copy.deepcopy(head)
     going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert not adopt.head_admitted([(going, wl)])
+    assert not adopt.own_head_admitted([(going, wl)])

@@ -48,7 +48,7 @@ def running(role: str = c.ROLE_WORKER, **kw: Any) -> dict[str, Any]:
 def confirm(pod: dict[str, Any] | None, own: dict[str, Any] | None, *, uid: str | None = None,
             evidence: dict[str, Any] | None = None, rc: dict[str, Any] | None = None,
             peers: list[tuple[dict[str, Any], dict[str, Any] | None]] | None = None,
-            now: float = LATE) -> removal.Verdict:
+            now: float = LATE) -> removal.Justification:
     expected = uid or (pod["metadata"]["uid"] if pod is not None else "gone")
     return removal.confirm(expected, pod, own, evidence, rc, peers or [], now, GRACE)
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from raykueue.controller import admission as adm
+from raykueue.controller import kueue_admission as adm
 from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
 from raykueue.core import contract as c

@@ -8,6 +8,7 @@ fails here, in the unit tier, before review.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +43,6 @@ MAX_LINES = 400
 # the lead removes each entry once that work is merged.
 KNOWN_LONG: dict[str, str] = {
     "raykueue/controller/decide.py": "house-gang",
-    "raykueue/controller/workload.py": "unowned this round (Workload build and read)",
     "raykueue/certs/rotation.py": "unowned this round (certificate rotation)",
 }
 
@@ -184,3 +184,20 @@ def test_known_exceptions_are_still_needed() -> None:
     """An exception whose file shrank (or went) is removed, so the list only shrinks."""
     stale = [f for f in KNOWN_LONG if not (ROOT / f).exists() or _lines(ROOT / f) <= MAX_LINES]
     assert not stale, f"remove from KNOWN_LONG: {stale}"
+
+
+# Comments say why, not which issue asked: the issue's text is not in the code.
+_ISSUE_NUMBER = re.compile(r"\bissues? \d+\b|(?<![\w&])#\d+\b", re.IGNORECASE)
+# Files still citing an issue that another helper of the same round rewrites.
+KNOWN_ISSUE_NUMBERS: dict[str, str] = {
+    "raykueue/controller/decide.py": "house-gang",
+    "raykueue/controller/gang_decide.py": "house-gang",
+    "raykueue/controller/loop.py": "house-gang",
+}
+
+
+def test_no_issue_numbers_in_the_product() -> None:
+    found = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+             for path in MODULES.values() if str(path.relative_to(ROOT)) not in KNOWN_ISSUE_NUMBERS
+             for i, line in enumerate(path.read_text().splitlines(), 1) if _ISSUE_NUMBER.search(line)]
+    assert not found, "say why instead:\n" + "\n".join(found)

@@ -7,7 +7,7 @@ import base64
 import orjson
 import pytest
 
-from raykueue.webhooks.review import BadReview, Verdict, encode, parse, request_uid
+from raykueue.webhooks.review import BadReview, ReviewResponse, encode, parse, request_uid
 from testkit import reviews as rv
 
 
@@ -58,7 +58,7 @@ def test_uid_of_an_unusable_review_is_recovered_when_present() -> None:
 
 
 def test_encoded_denial_carries_status_and_no_patch() -> None:
-    answer = orjson.loads(encode("u1", Verdict(False, message="set label x")))
+    answer = orjson.loads(encode("u1", ReviewResponse(False, message="set label x")))
     assert answer["apiVersion"] == "admission.k8s.io/v1"
     assert answer["kind"] == "AdmissionReview"
     response = answer["response"]
@@ -71,7 +71,7 @@ def test_encoded_denial_carries_status_and_no_patch() -> None:
 
 def test_encoded_patch_is_base64_json_patch() -> None:
     ops = [{"op": "add", "path": "/metadata/labels/a", "value": "b"}]
-    response = orjson.loads(encode("u1", Verdict(True, patch=ops, warnings=("w",))))["response"]
+    response = orjson.loads(encode("u1", ReviewResponse(True, patch=ops, warnings=("w",))))["response"]
     assert response["patchType"] == "JSONPatch"
     assert orjson.loads(base64.b64decode(response["patch"])) == ops
     assert response["warnings"] == ["w"]

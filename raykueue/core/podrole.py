@@ -1,4 +1,6 @@
-"""A pod's identity and role in the contract, one rule for the webhook and the controller."""
+"""Which role a pod plays in the contract (Ray head or worker, Kueue's, a Ray cluster's),
+one rule for the webhook and the controller. (controller/pods.py reads the
+controller's cached pods; this is the contract's side.)"""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ def role_of(pod: Obj) -> str | None:
 def kueue_claims(pod: Obj) -> str | None:
     """Why Kueue's plain-pod integration already manages this pod, if it does.
 
-    The webhook leaves such a pod ungated and the controller leaves it without
-    a Workload: counting its quota twice is the one thing worse than neither.
+    At creation the pod webhook takes an opted-in pod back (Kueue's pod webhook
+    ran earlier in the same request, so nothing of Kueue's exists for it yet);
+    afterwards the controller leaves such a pod without a Workload and adoption
+    skips it: counting its quota twice is the one thing worse than neither.
     """
     if c.KUEUE_POD_GATE in gate_names(pod):
         return f"carries Kueue's scheduling gate {c.KUEUE_POD_GATE}"
