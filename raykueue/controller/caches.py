@@ -217,16 +217,6 @@ def slim_head(obj: dict[str, Any]) -> dict[str, Any]:
 def foreign_heads(heads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Head pods without raykueue's label: ours are in the pod cache already."""
     return [x for x in heads if labels(x).get(c.MANAGED_BY_LABEL) != c.MANAGED_BY_VALUE]
-def workers_to_delete(raycluster: dict[str, Any]) -> frozenset[str]:
-    """Pods the RayCluster tells KubeRay to delete next (the autoscaler's victims)."""
-    out: set[str] = set()
-    for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
-        strategy = group.get("scaleStrategy") if isinstance(group, dict) else None
-        names = strategy.get("workersToDelete") if isinstance(strategy, dict) else None
-        out.update(str(x) for x in names or [])
-    return frozenset(out)
-
-
 @dataclass(frozen=True, slots=True)
 class Caches:
     pods: Cache  # ours only, by the managed-by label

@@ -25,7 +25,6 @@ from raykueue.controller.caches import (
     Caches,
     foreign_heads,
     slim_workload,
-    workers_to_delete,
     workload_resource,
 )
 from raykueue.controller.config import ControllerConfig
@@ -36,7 +35,7 @@ from raykueue.controller.state import ORPHANS, Key, State
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.podrole import role_of
-from raykueue.core.rayobjects import group_minimums
+from raykueue.core.rayobjects import group_minimums, workers_to_delete
 from raykueue.kube import resources as r
 from raykueue.kube.rest import ApiError, Rest
 

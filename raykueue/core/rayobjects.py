@@ -138,6 +138,16 @@ def group_minimums(raycluster: Obj | None) -> dict[str, int]:
     return out
 
 
+def workers_to_delete(raycluster: Obj) -> frozenset[str]:
+    """Pods the RayCluster tells KubeRay to delete next (the autoscaler's victims)."""
+    out: set[str] = set()
+    groups = as_dict(as_dict(raycluster).get("spec")).get("workerGroupSpecs")
+    for group in groups if isinstance(groups, list) else []:
+        names = as_dict(as_dict(group).get("scaleStrategy")).get("workersToDelete")
+        out.update(str(x) for x in (names if isinstance(names, list) else []))
+    return frozenset(out)
+
+
 def has_worker_groups(raycluster: Obj | None) -> bool:
     return isinstance(as_dict(as_dict(raycluster).get("spec")).get("workerGroupSpecs"), list)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from raykueue.core import contract as c
 from raykueue.core import submitter
-from raykueue.core.objects import Obj, annotations, display_name, labels
-from raykueue.core.rayobjects import MANAGED_BY, get, is_suspended, template_opt_in, templates
+from raykueue.core.objects import Obj, annotations, display_name
+from raykueue.core.rayobjects import MANAGED_BY, admitted_whole, get, is_suspended, template_opt_in, templates
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ def kueue_takes(obj: Obj, old: Obj, facts: NamespaceFacts) -> str | Refused | No
     """
     kind = str(obj.get("kind"))
     suspending = is_suspended(obj, kind) and not is_suspended(old, kind)
-    if not suspending or labels(obj).get(c.QUEUE_LABEL):
+    if not suspending or admitted_whole(obj):
         return None
     if facts.kueue_manages_unqueued is None:
         return Refused(f"{kind} {display_name(obj)} is being suspended, and raykueue does not know the "

@@ -301,8 +301,7 @@ def test_a_preempted_base_takes_its_extras_along() -> None:
 
 
 def test_the_raycluster_cache_keeps_what_the_base_follows() -> None:
-    from raykueue.controller.caches import workers_to_delete
-    from raykueue.core.rayobjects import group_minimums, slim_raycluster
+    from raykueue.core.rayobjects import group_minimums, slim_raycluster, workers_to_delete
     raycluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
                   "metadata": {"name": "rc", "namespace": "team-a", "uid": "u1",
                                "managedFields": [{"manager": "x"}]},
