@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from devstack.config import KUEUE_MODES
-
-from .stackfixtures import (  # noqa: F401 (fixtures)
+from testkit.stackfixtures import (  # noqa: F401 (fixtures)
     api_stack,
     e2e_stack,
     k8s,
@@ -64,7 +63,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="stack directory (default $RAYKUEUE_STACK_DIR or ~/.cache/raykueue/stack)")
     group.addoption("--kueue", choices=KUEUE_MODES, default=None,
                     help="which Kueue the stack runs (default $RAYKUEUE_KUEUE or shipped); "
-                         "see devstack/kueue_shipped.py")
+                         "see devstack/kueue/shipped.py")
     group.addoption("--build-controlplane", action="store_true", default=False,
                     help="run controlplane/build.sh first when a selected test needs the stack")
 

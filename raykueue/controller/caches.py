@@ -61,7 +61,7 @@ def discover_version(rest: Rest) -> str | None:
 
 # What the controller's decisions read (`decide`, `gang_decide`, `placement`,
 # `stuck`, the handlers' writes and Events) of each cached kind; the transforms
-# below keep exactly this on arrival. tests/unit/test_controller_trim.py runs
+# below keep exactly this on arrival. tests/unit/controller/test_trim.py runs
 # the decisions on trimmed and whole objects and expects the same answer.
 # Of metadata: webhooks.objects.METADATA_KEPT, as every cache of ours.
 # Of a pod's spec: the gate, and the placement a gate lift adds to.

@@ -18,8 +18,8 @@ from raykueue.core import contract as c
 from testkit import reviews as rv
 from testkit.reviews import gates
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 

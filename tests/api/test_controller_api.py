@@ -36,6 +36,7 @@ from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
 from testkit import reviews as rv
 from testkit.reviews import gates
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.standins import (
     FLAVORS,
     KUEUE_MANAGER,
@@ -55,7 +56,6 @@ from testkit.standins import (
     workloads_in,
 )
 from testkit.waiting import holds_for, wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
 # --- fixtures -------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.validate import FROZEN_WHILE_GATED
 from testkit.reviews import gates
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.standins import (
     WORKLOADS,
     create_pod,
@@ -43,7 +44,6 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     scope,
     stays,
 )
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 USER = "alice"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

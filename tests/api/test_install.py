@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import devstack
-from devstack.kubeapi import KubeError
+from devstack.controlplane.kubeapi import KubeError
 from raykueue.core import contract as c
 from testkit import reviews as rv
 from testkit.accounts import service_account_token, token_kubeconfig

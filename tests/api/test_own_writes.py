@@ -25,6 +25,7 @@ from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError, Rest
 from testkit.reviews import gates
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.standins import (
     WORKLOADS,
     admit,
@@ -45,7 +46,6 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     run_controller,
     scope,
 )
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 POLICY = Path(__file__).resolve().parents[2] / "manifests" / "own-writes-policy.yaml"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import devstack
-from devstack.kubeapi import KubeError, object_path
-from devstack.webhooks import shipped_webhook_configurations, webhook_configurations
+from devstack.controlplane.kubeapi import KubeError, object_path
+from devstack.controlplane.webhooks import shipped_webhook_configurations, webhook_configurations
 from raykueue.core import contract as c
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
 from testkit import reviews as rv

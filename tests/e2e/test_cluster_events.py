@@ -22,8 +22,8 @@ from raykueue.core.clock import timestamp
 from raykueue.kube.resources import EVENTS_V1
 from raykueue.kube.rest import Rest
 from testkit.pods import gated, role, running
+from testkit.quota_invariants import QuotaInvariants
 from testkit.waiting import wait_for
-from tests.e2e.quota_invariants import QuotaInvariants
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
     KUEUE,

@@ -24,8 +24,8 @@ from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
 from testkit.pods import gated, role, running
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
 
 KUEUE = "kueue.x-k8s.io"
 WORKLOADS = crd(KUEUE, "v1beta2", "workloads")

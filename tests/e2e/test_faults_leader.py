@@ -30,11 +30,11 @@ from testkit.servers import (  # noqa: F401 - fixture
     sole_leader,
     start_replicas,
 )
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.standins import create_pod, ray_pod, workload_of
 from testkit.waiting import wait_for, within
 from tests.api.test_controller_api import admin, ns, scope  # noqa: F401 - fixtures
 from tests.e2e.test_controller_e2e import webhooks  # noqa: F401 - fixture
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 LEASE = "raykueue-controller"
 # The defaults `raykueue serve` runs with.

@@ -22,9 +22,10 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import Rest
+from testkit.invariants import WORKLOADS, GangInvariants, InvariantBroken
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.e2e.invariants import WORKLOADS, GangInvariants, InvariantBroken
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
     RAYCLUSTERS,
@@ -40,7 +41,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     webhooks,
 )
 from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 BASE = 5  # head + 4 min workers
 T = TypeVar("T")
@@ -58,7 +58,7 @@ def ours(pod: dict[str, Any]) -> bool:
     return (pod["metadata"].get("labels") or {}).get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
 
 
-# Every gang scenario runs inside this watcher (tests/e2e/invariants.py), and every wait
+# Every gang scenario runs inside this watcher (testkit/invariants.py), and every wait
 # fails at once on a broken invariant, naming it, instead of timing out after it.
 GangWatch = GangInvariants
 

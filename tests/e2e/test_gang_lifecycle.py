@@ -19,8 +19,9 @@ from devstack.components import COMPONENTS, kueue_dir
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
+from testkit.invariants import WORKLOADS
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.e2e.invariants import WORKLOADS
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     WPCS,
@@ -39,7 +40,6 @@ from tests.e2e.test_gang import (
     until,
 )
 from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def uids(pods: list[dict[str, Any]]) -> set[str]:

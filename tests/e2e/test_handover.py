@@ -36,8 +36,8 @@ import pytest
 import yaml
 
 import devstack
-from devstack.kubeapi import object_path
-from devstack.kueue_shipped import manager_config_map, shipped_module
+from devstack.controlplane.kubeapi import object_path
+from devstack.kueue.shipped import manager_config_map, shipped_module
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.cache import ADDED, DELETED, WatchCache

@@ -22,7 +22,7 @@ import yaml
 
 import devstack
 from devstack.components import COMPONENTS
-from devstack.kueue_shipped import feature_gate_default, kueue_module_dir
+from devstack.kueue.shipped import feature_gate_default, kueue_module_dir
 from devstack.stack import restart_component
 from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError, Rest

@@ -18,8 +18,9 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, crd
 from raykueue.kube.rest import ApiError, Rest
+from testkit.invariants import Invariants
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.e2e.invariants import Invariants
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     WORKLOADS,
@@ -36,7 +37,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     settled,
     webhooks,
 )
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 RAYJOBS = crd("ray.io", "v1", "rayjobs")
 RAYSERVICES = crd("ray.io", "v1", "rayservices")

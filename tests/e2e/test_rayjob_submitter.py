@@ -28,7 +28,8 @@ from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import Rest
 from testkit.pods import running
-from tests.e2e.quota_invariants import QuotaInvariants
+from testkit.quota_invariants import QuotaInvariants
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     CQS,
     WORKLOADS,
@@ -44,7 +45,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     webhooks,
 )
 from tests.e2e.test_kueue_shipped import JOBS, RAYJOBS, _owned_cluster
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 CONFIG_MAPS = r.Resource("", "v1", "configmaps")
 IMAGE = "rayproject/ray:2.52.0"

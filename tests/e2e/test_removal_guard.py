@@ -36,6 +36,7 @@ from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import PODS, Resource
 from raykueue.kube.rest import ApiError, Rest
 from testkit.pods import gated, role, running
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import holds_for, wait_for
 from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
@@ -50,7 +51,6 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
 )
 from tests.e2e.test_gang import cluster as gang_cluster
 from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 # --- a controller whose Workload cache lies -------------------------------------------------
 

@@ -3,7 +3,7 @@
 An admin runs it with a kubeconfig, as `raykueue uninstall [--handback] [--yes]`;
 its plan, order and reasons are in raykueue/uninstall/plan.py. Afterwards no pod is
 gated by raykueue, no raykueue Workload is left, no webhook of raykueue's is
-registered, no pod runs outside quota (tests/e2e/quota_invariants.py watches the
+registered, no pod runs outside quota (testkit/quota_invariants.py watches the
 whole scenario), and the opted-in clusters are either Kueue's, admitted whole
 (--handback), or suspended and left so.
 
@@ -22,8 +22,7 @@ from raykueue.core import contract as c
 from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from raykueue.kube.rest import Rest
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
-from testkit.waiting import holds_for, wait_for
-from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
+from testkit.outage import (  # noqa: F401 - fixtures
     Raykueue,
     clusters_of,
     kueue_workload,
@@ -36,7 +35,8 @@ from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
     runs,
     untouched_by_raykueue,
 )
-from tests.e2e.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue, running
+from testkit.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue, running
+from testkit.waiting import holds_for, wait_for
 from tests.e2e.test_controller_e2e import admin, cq_cpu_reaches, queue  # noqa: F401 - fixtures
 
 RC, JOB, SVC = c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND

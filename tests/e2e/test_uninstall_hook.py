@@ -29,7 +29,7 @@ from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, INJECTED_ANNOTATION
 from testkit.accounts import service_account_token, token_kubeconfig
-from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
+from testkit.outage import (  # noqa: F401 - fixtures
     Raykueue,
     kueue_workload,
     ray_object,
@@ -39,7 +39,7 @@ from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
     runs,
     untouched_by_raykueue,
 )
-from tests.e2e.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue
+from testkit.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue
 from tests.e2e.test_controller_e2e import CQS, admin, queue  # noqa: F401 - fixtures
 from tests.e2e.test_uninstall import alone_on_the_stack, handed_to_kueue, raykueue_webhooks, settled_ours
 

@@ -19,10 +19,9 @@ from raykueue.webhooks.autoscaler_env import (
 from testkit.raycluster import RayCluster, observed, raycluster
 from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import RAYCLUSTERS, by_pod, describe, settled
+from tests.ray.conftest import FIGURES
 
-from .conftest import FIGURES
-
-# Workers start one at a time (devstack.ray_runner); on an idle machine 4 join
+# Workers start one at a time (devstack.ray.runner); on an idle machine 4 join
 # in seconds, on a busy 2-core one each start can take a minute and a retry.
 JOIN_TIMEOUT = 300
 # Long enough for an admitted worker to join before the autoscaler gives up on it

@@ -21,9 +21,8 @@ from testkit.raycluster import RayCluster, observed, raycluster
 from testkit.waiting import wait_for
 from tests.e2e.test_controller_e2e import describe, role, running, state
 from tests.e2e.test_gang import GangWatch, base_of
-
-from .conftest import FIGURES
-from .test_autoscaler import JOIN_TIMEOUT, replicas
+from tests.ray.conftest import FIGURES
+from tests.ray.test_autoscaler import JOIN_TIMEOUT, replicas
 
 BASE_WORKERS = 1
 WORKERS = 2  # what the tasks need: the base's worker and an extra

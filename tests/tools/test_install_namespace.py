@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.podenv import kubelet_env, settings_from
+from testkit.podenv import kubelet_env, settings_from
 from tests.tools.test_chart import ROOT, template
 
 NAMESPACE = "ray-ops"
