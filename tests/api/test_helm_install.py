@@ -22,12 +22,12 @@ from devstack.controlplane.kubeapi import KubeError
 from raykueue.core import contract as c
 from testkit import reviews as rv
 from testkit.accounts import service_account_token, token_kubeconfig
+from testkit.api.chart import template
+from testkit.api.install import FLAVORS, WORKLOADS, _admit
 from testkit.podenv import kubelet_env
 from testkit.servers import RaykueueServer
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.api.test_chart_api import template
-from tests.api.test_install import FLAVORS, WORKLOADS, _admit
 
 KEPT_FROM_THE_DEPLOYMENT = ("RAYKUEUE_POD_NAMESPACE", "RAYKUEUE_SERVICE_ACCOUNT",
                             "RAYKUEUE_LEASE_NAMESPACE", "RAYKUEUE_KUEUE_NAMESPACE",

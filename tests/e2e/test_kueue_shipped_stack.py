@@ -19,9 +19,9 @@ import pytest
 
 import devstack
 from devstack.kueue.shipped import QUEUE_LABEL, shipped_module
+from testkit.e2e.controller import raycluster
 from testkit.stackfixtures import namespaces
 from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import raycluster
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"

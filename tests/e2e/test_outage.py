@@ -34,6 +34,7 @@ from devstack.controlplane.webhooks import shipped_webhook_configurations
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError, Rest
+from testkit.e2e.controller import admin, queue  # noqa: F401 - fixtures
 from testkit.outage import (  # noqa: F401 - fixtures
     Raykueue,
     kueue_workload,
@@ -47,7 +48,6 @@ from testkit.outage import (  # noqa: F401 - fixtures
 )
 from testkit.quota_invariants import RAY, QuotaInvariants, running
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
-from tests.e2e.test_controller_e2e import admin, queue  # noqa: F401 - fixtures
 
 KINDS = (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)
 # The API server's words when a webhook of raykueue's does not answer.

@@ -15,9 +15,7 @@ import pytest
 import devstack
 from devstack.node import kubelet as node
 from testkit import node_install as inst
-from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     describe,
@@ -25,6 +23,8 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     raycluster,
     settled,
 )
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 NAMESPACE = "raykueue-helm"
 

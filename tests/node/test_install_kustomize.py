@@ -25,9 +25,7 @@ import devstack
 from devstack.node import kubelet as node
 from raykueue.core import contract as c
 from testkit import node_install as inst
-from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     describe,
@@ -36,6 +34,8 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     settled,
     state,
 )
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 # An opted-in Ray worker pod, created with dryRun=All: the API server calls every
 # webhook (sideEffects None) and stores nothing.

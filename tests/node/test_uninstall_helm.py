@@ -19,10 +19,7 @@ import pytest
 import devstack
 from raykueue.core import contract as c
 from testkit import node_install as inst
-from testkit.quota_invariants import gated_by_raykueue
-from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     describe,
@@ -30,6 +27,9 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     raycluster,
     settled,
 )
+from testkit.quota_invariants import gated_by_raykueue
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 NAMESPACE = "raykueue-helm-out"
 

@@ -21,11 +21,11 @@ from devstack.ray.procs import RayProcessError
 from devstack.stack import tail
 from raykueue.controller import workload as w
 from raykueue.kube.resources import PODS
+from testkit.e2e.controller import RAYCLUSTERS, WORKLOADS
+from testkit.e2e.kueue_shipped import RAYJOBS, watched
+from testkit.ray.figures import FIGURES
 from testkit.raycluster import observed, opted_in, raycluster
 from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import RAYCLUSTERS, WORKLOADS
-from tests.e2e.test_kueue_shipped import RAYJOBS, watched
-from tests.ray.conftest import FIGURES
 
 ENTRYPOINT = Path(__file__).with_name("rayjob_entrypoint.py")
 TASKS = 2  # workers the entrypoint's tasks hold at once; the quota has room for them

@@ -13,8 +13,8 @@ from raykueue.certs import rotation as r
 from raykueue.certs.keeper import SecretCertKeeper, placeholder_pair
 from raykueue.certs.serving import ServingContext
 from raykueue.kube.rest import ApiError
+from testkit.unit.certs_secret import NAME, NS, PATH, FakeSecrets, ensure
 from testkit.waiting import wait_for
-from tests.unit.certs.test_secret import NAME, NS, PATH, FakeSecrets, ensure
 
 pytestmark = pytest.mark.unit
 

@@ -8,11 +8,9 @@ tests/api/test_certs_secret.py.
 
 from __future__ import annotations
 
-import base64
 import copy
 import logging
 import os
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,41 +23,11 @@ from raykueue.certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_ce
 from raykueue.certs.rotation import pair_matches
 from raykueue.kube.rest import ApiError
 from testkit.certfiles import ensure_secret_certs, write_cert_files
-from testkit.fakeapi import FakeApi
+from testkit.unit.certs_secret import DNS, NAME, NS, PATH, FakeSecrets, ensure
 
 pytestmark = pytest.mark.unit
 
-NS, NAME = "raykueue-system", "raykueue-webhook-tls"
-DNS = ["raykueue-webhook.raykueue-system.svc", "raykueue-webhook.raykueue-system.svc.cluster.local"]
-PATH = f"/api/v1/namespaces/{NS}/secrets/{NAME}"
 COLLECTION = f"/api/v1/namespaces/{NS}/secrets"
-
-
-class FakeSecrets(FakeApi):
-    """The one fake API, checking what every writer of the Secret must respect."""
-
-    def create(self, path: str, body: Mapping[str, Any], query: Any = None, **kw: Any) -> Any:
-        # A create is never conditional: a resourceVersion in it is a bug the API rejects.
-        assert "resourceVersion" not in body["metadata"]
-        return super().create(path, body, query, **kw)
-
-    def replace(self, path: str, body: Mapping[str, Any], **kw: Any) -> Any:
-        current = self.objects.get(path)
-        if current is not None and body.get("type") != current.get("type"):
-            raise ApiError(422, "Invalid", {"reason": "Invalid", "message": "type is immutable"})
-        return super().replace(path, body, **kw)
-
-    def writes(self) -> list[str]:  # type: ignore[override]
-        return [verb for verb, _ in super().writes()]
-
-    def stored(self) -> dict[str, bytes]:
-        data = self.objects[PATH]["data"]
-        return {k: base64.b64decode(v) for k, v in data.items()}
-
-
-def ensure(fake: FakeSecrets, cert_dir: Path, dns: list[str] = DNS, ips: list[str] | None = None,
-           **kw: Any) -> None:
-    ensure_secret_certs(fake, NS, NAME, cert_dir, dns, ips or [], **kw)
 
 
 def load(pem: bytes) -> x509.Certificate:

@@ -98,7 +98,7 @@ def test_explain_and_the_report_share_one_verdict() -> None:
 
 def test_explain_does_not_call_a_gang_base_stale() -> None:
     """The base of a gang names no pod: explain shows it, its verdict ignores it."""
-    from tests.unit.controller.test_gang_decide import base_for, cluster
+    from testkit.unit.controller_gang_decide import base_for, cluster
 
     world = World()
     world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))
@@ -111,7 +111,7 @@ def test_explain_does_not_call_a_gang_base_stale() -> None:
 
 
 def test_the_report_reads_the_facts_the_controllers_pass_reads() -> None:
-    from tests.unit.controller.test_loop import controller, seed
+    from testkit.unit.controller_loop import controller, seed
 
     world = World()
     seed(world)

@@ -12,20 +12,9 @@ from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
 from raykueue.core import contract as c
 from testkit import controller_objects as o
+from testkit.unit.controller_decide import PRIORITIES, ctx
 
 pytestmark = pytest.mark.unit
-
-PRIORITIES = {"ray-head": 1000, "ray-worker": 100}
-
-
-def ctx(**kw) -> d.Context:
-    base = {"flavors": {o.FLAVOR: o.flavor(node_labels={"pool": "a100"},
-                                           tolerations=[{"key": "pool", "operator": "Equal",
-                                                         "value": "a100",
-                                                         "effect": "NoSchedule"}])},
-            "priority_values": PRIORITIES, "head_admitted": True}
-    base.update(kw)
-    return d.Context(**base)
 
 
 def only(actions, kind):

@@ -6,27 +6,12 @@ import pytest
 
 from raykueue.controller import decide as d
 from raykueue.controller.explain import explain, explain_pod, queue_position
-from raykueue.controller.facts import Facts
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.controller_world import World
+from testkit.unit.controller_explain import CQ, LQ, facts
 
 pytestmark = pytest.mark.unit
-
-LQ = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-      "metadata": {"name": "team-a", "namespace": "team-a"},
-      "spec": {"clusterQueue": o.CQ},
-      "status": {"pendingWorkloads": 2, "reservingWorkloads": 4, "admittedWorkloads": 4}}
-CQ = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-      "metadata": {"name": o.CQ},
-      "status": {"pendingWorkloads": 2, "reservingWorkloads": 4, "admittedWorkloads": 4,
-                 "conditions": [{"type": "Active", "status": "True", "reason": "Ready",
-                                 "message": "Can admit new workloads"}]}}
-CTX = d.Context(priority_values={"ray-worker": 100, "ray-head": 1000}, head_admitted=True)
-
-
-def facts(pod: dict, *workloads: dict, context: d.Context = CTX) -> Facts:
-    return Facts(pod, list(workloads), context)
 
 
 def test_pending_pod_shows_kueues_message_queue_priority_and_position():

@@ -13,7 +13,7 @@ from raykueue.controller.explain import describe, explain
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.listsource import facts_of
-from tests.unit.controller.test_explain import CQ, LQ, facts
+from testkit.unit.controller_explain import CQ, LQ, facts
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from typing import Any
 
 from raykueue.controller import actions as a
@@ -13,19 +12,7 @@ from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from testkit import controller_objects as o
-
-GROUP = "gpu-group"
-CTX = gd.GangContext(flavors={o.FLAVOR: {"metadata": {"name": o.FLAVOR},
-                                         "spec": {"nodeLabels": {"pool": "gpu"}}}},
-                     priority_values={"ray-head": 1000, "ray-worker": 100})
-
-
-def gang_pod(role: str, n: int, **kw: Any) -> dict[str, Any]:
-    pod = o.pod(role, **kw)
-    pod["metadata"]["labels"][c.GANG_LABEL] = "raycluster-gpu"
-    pod["metadata"].setdefault("annotations", {})[c.GANG_MIN_ANNOTATION] = json.dumps({GROUP: 2})
-    pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{n:02d}Z"
-    return pod
+from testkit.unit.controller_gang_decide import CTX, GROUP, base_for, cluster, gang_pod, kinds
 
 
 def stopped(pod: dict[str, Any]) -> dict[str, Any]:
@@ -33,31 +20,6 @@ def stopped(pod: dict[str, Any]) -> dict[str, Any]:
     pod["status"]["containerStatuses"] = [{"name": x["name"], "state": {"terminated": {}}}
                                           for x in pod["spec"]["containers"]]
     return pod
-
-
-def cluster(workers: int, **kw: Any) -> list[dict[str, Any]]:
-    return [gang_pod(c.ROLE_HEAD, 0, **kw)] + [gang_pod(c.ROLE_WORKER, i + 1, **kw)
-                                               for i in range(workers)]
-
-
-def base_for(pods: list[dict[str, Any]], state: str, reclaimed: dict[str, int] | None = None
-             ) -> dict[str, Any]:
-    steps, _ = gd.decide_gang(pods, {}, None, CTX)
-    (create,) = [x for _, x in steps if isinstance(x, a.CreateWorkload)]
-    base = o.workload(pods[0], state)
-    base["metadata"].update({k: v for k, v in create.body["metadata"].items()})
-    base["spec"] = dict(create.body["spec"])
-    if "admission" in base.get("status", {}):
-        base["status"]["admission"]["podSetAssignments"] = [
-            {"name": ps["name"], "count": ps["count"], "flavors": {"cpu": o.FLAVOR}}
-            for ps in base["spec"]["podSets"]]
-    if reclaimed:
-        base["status"]["reclaimablePods"] = [{"name": k, "count": n} for k, n in reclaimed.items()]
-    return base
-
-
-def kinds(steps: list[gd.Step]) -> list[tuple[str | None, str]]:
-    return [(name, type(x).__name__) for name, x in steps]
 
 
 def test_no_base_until_every_base_pod_exists() -> None:

@@ -15,7 +15,7 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.controller_world import World
-from tests.unit.controller.test_loop import NS, controller, counter, drain, run_pod, seed
+from testkit.unit.controller_loop import NS, controller, counter, drain, run_pod, seed
 
 pytestmark = pytest.mark.unit
 

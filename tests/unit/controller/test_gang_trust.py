@@ -20,7 +20,7 @@ from raykueue.controller import gang_base as gb
 from raykueue.controller import gang_decide as gd
 from raykueue.controller.caches import slim_workload
 from raykueue.core import contract as c
-from tests.unit.controller.test_gang_decide import CTX, GROUP, base_for, cluster, kinds
+from testkit.unit.controller_gang_decide import CTX, GROUP, base_for, cluster, kinds
 
 pytestmark = pytest.mark.unit
 

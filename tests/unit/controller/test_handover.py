@@ -22,7 +22,7 @@ from raykueue.controller.handover import HandOverEvents, handover_message
 from raykueue.core import contract as c
 from raykueue.kube.cache import ADDED, DELETED, MODIFIED
 from raykueue.webhooks.rayobjects import Facts, Stage
-from tests.unit.webhooks.test_rayobjects import (
+from testkit.unit.webhooks_rayobjects import (
     DEFAULT_QUEUE,
     OPTED_IN,
     create,

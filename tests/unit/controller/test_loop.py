@@ -7,7 +7,6 @@ import logging
 import threading
 
 import pytest
-from prometheus_client import REGISTRY
 
 from raykueue.controller import actions as a
 from raykueue.controller import workload as w
@@ -17,47 +16,10 @@ from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError
 from testkit import controller_objects as o
 from testkit.controller_world import World
+from testkit.unit.controller_loop import NS, controller, counter, drain, run_pod, seed
 from testkit.waiting import wait_for, within
 
 pytestmark = pytest.mark.unit
-
-NS = "team-a"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str, str]] = []
-
-    def record(self, obj, type, reason, message, action=None) -> None:
-        self.events.append((obj["kind"], obj["metadata"]["name"], reason, message))
-
-
-def seed(world: World) -> None:
-    world.put("resourceflavors", o.flavor(node_labels={"pool": "a100"}))
-    world.put("workloadpriorityclasses", o.priority_class("ray-head", 1000))
-    world.put("workloadpriorityclasses", o.priority_class("ray-worker", 100))
-
-
-def controller(world: World, **config) -> tuple[Controller, Recorder]:
-    recorder = Recorder()
-    config.setdefault("retry_base_seconds", 0.0)
-    ctl = Controller(world, ControllerConfig(**config), recorder,  # type: ignore[arg-type]
-                     cache_factory=world.cache_factory)
-    assert ctl.start(world.version, threading.Event())
-    return ctl, recorder
-
-
-def drain(ctl: Controller, world: World, rounds: int = 10) -> None:
-    """Process every queued key, deliver the store to the caches (the watch),
-    and repeat until nothing is left."""
-    for _ in range(rounds):
-        worked = False
-        while (key := ctl.queue.get(timeout=0)) is not None:
-            ctl.process(key)
-            worked = True
-        world.deliver()
-        if not worked and len(ctl.queue) == 0:
-            return
 
 
 def admit(world: World, name: str, *, flavor: str = o.FLAVOR) -> None:
@@ -84,22 +46,8 @@ def evict(world: World, name: str) -> None:
     world.put("workloads", wl)
 
 
-def run_pod(world: World, pod: dict, *, ready: bool = True) -> None:
-    """What kube-scheduler and kwok do once the gate is gone."""
-    live = copy.deepcopy(world.get_obj("pods", NS, pod["metadata"]["name"]))
-    assert live is not None
-    assert c.GATE not in [g["name"] for g in live["spec"].get("schedulingGates", [])]
-    live["spec"]["nodeName"] = "kwok-node-1"
-    live["status"] = o.pod(gated=False, phase="Running", ready=ready)["status"]
-    world.put("pods", live)
-
-
 def wl_name(pod: dict) -> str:
     return w.workload_name(pod)
-
-
-def counter(name: str, **labels) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 # --- the whole lifecycle ------------------------------------------------------------

@@ -19,7 +19,7 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.core.clock import timestamp
 from testkit import controller_objects as o
-from tests.unit.controller.test_decide import ctx
+from testkit.unit.controller_decide import ctx
 
 pytestmark = pytest.mark.unit
 
@@ -179,7 +179,6 @@ def test_workers_go_before_heads_lowest_priority_first():
     assert confirm(high, peers[2][1], rc=rc, peers=admitted).justified
     workers_fit = [peers[0], (low, o.workload(low, "admitted")), (high, o.workload(high, "admitted"))]
     assert confirm(head, peers[0][1], rc=rc, peers=workers_fit).justified
-
 
 
 def test_a_head_past_its_grace_waits_for_a_worker_still_within_its_own():

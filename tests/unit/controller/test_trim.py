@@ -29,7 +29,7 @@ from raykueue.controller.facts import Facts
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.listsource import facts_of
-from tests.unit.controller.test_decide import PRIORITIES, ctx
+from testkit.unit.controller_decide import PRIORITIES, ctx
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.caches import slim_workload
 from testkit import controller_objects as o
-from tests.unit.controller.test_decide import ctx
+from testkit.unit.controller_decide import ctx
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,7 @@ from raykueue.core import contract as c
 from raykueue.core import submitter
 from raykueue.webhooks.rayobjects import Stage
 from testkit import controller_objects as o
-from tests.unit.webhooks.test_rayobjects import OPTED_IN, outcome, ray_object, refusal, through
+from testkit.unit.webhooks_rayobjects import OPTED_IN, outcome, ray_object, refusal, through
 
 DEFAULT = {"containers": [{
     "name": "ray-job-submitter",

@@ -18,7 +18,7 @@ from raykueue.core import contract as c
 from raykueue.uninstall import plan as p
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, INJECTED_ANNOTATION
 from raykueue.webhooks.rayobjects import RayObjectPolicy, _first_patch
-from tests.unit.uninstall.test_plan import apply_all, cluster_spec, obj
+from testkit.unit.uninstall_plan import apply_all, cluster_spec, obj
 
 POLICY = RayObjectPolicy(allocate_timeout=86400)
 

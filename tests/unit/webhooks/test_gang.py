@@ -12,7 +12,7 @@ from raykueue.app.lookup import keep_metadata
 from raykueue.core import contract as c
 from raykueue.webhooks.classify import Context
 from testkit import reviews as rv
-from tests.unit.webhooks.test_mutate import RAYCLUSTER, patched, run
+from testkit.unit.webhooks_mutate import RAYCLUSTER, patched, run
 
 
 def stamped(review: dict) -> dict:

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import base64
 import copy
 from typing import Any
 
-import jsonpatch
-import orjson
 import pytest
 
 from raykueue.core import contract as c
-from raykueue.webhooks.admit import admit_create, ray_owner
+from raykueue.webhooks.admit import ray_owner
 from raykueue.webhooks.classify import Context, PodPriority, Policy, is_dns1123_subdomain
-from raykueue.webhooks.review import encode, parse
+from raykueue.webhooks.review import encode
 from testkit import reviews as rv
 from testkit.reviews import gates
-
-POLICY = Policy()
-RAYCLUSTER = {
-    "kind": "RayCluster",
-    "metadata": {
-        "name": "raycluster-gpu",
-        "namespace": "team-a",
-        "labels": {c.QUEUE_LABEL: "team-a"},
-        "annotations": {c.STANDALONE_ANNOTATION: "true"},
-    },
-}
+from testkit.unit.webhooks_mutate import RAYCLUSTER, patched, run
 
 
 def opted_in(review: dict[str, Any]) -> dict[str, Any]:
@@ -43,22 +30,6 @@ def bare(review: dict[str, Any]) -> dict[str, Any]:
 
 def with_queue(review: dict[str, Any], queue: str = "team-a") -> dict[str, Any]:
     return rv.set_label(review, c.QUEUE_LABEL, queue)
-
-
-def run(review: dict[str, Any], ctx: Context | None = None, policy: Policy = POLICY):
-    outcome = admit_create(parse(orjson.dumps(review)), ctx or Context(), policy)
-    return outcome
-
-
-def patched(review: dict[str, Any], outcome) -> dict[str, Any]:
-    """Apply the answer the way the API server does: decode, then RFC 6902."""
-    answer = orjson.loads(encode(review["request"]["uid"], outcome.verdict))["response"]
-    pod = copy.deepcopy(rv.pod_of(review))
-    if "patch" not in answer:
-        return pod
-    assert answer["patchType"] == "JSONPatch"
-    ops = orjson.loads(base64.b64decode(answer["patch"]))
-    return jsonpatch.apply_patch(pod, ops)
 
 
 # --- not ours -----------------------------------------------------------------
