@@ -13,8 +13,6 @@ import pytest
 from raykueue.app.logs import DecisionLog, JsonFormatter, TextFormatter, _timestamp, configure, resolve
 from raykueue.app.settings import Settings
 
-pytestmark = pytest.mark.unit
-
 T = calendar.timegm((2026, 12, 4, 5, 6, 7))
 
 

@@ -7,16 +7,12 @@ import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from raykueue.certs import rotation as r
 from raykueue.certs.keeper import SecretCertKeeper, placeholder_pair
 from raykueue.certs.serving import ServingContext
 from raykueue.kube.rest import ApiError
 from testkit.unit.certs_secret import NAME, NS, PATH, FakeSecrets, ensure
 from testkit.waiting import wait_for
-
-pytestmark = pytest.mark.unit
 
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/m"
 VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/v"

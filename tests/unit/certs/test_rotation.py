@@ -11,8 +11,6 @@ from cryptography import x509
 from raykueue.certs import rotation as r
 from raykueue.certs.issue import cert_to_pem
 
-pytestmark = pytest.mark.unit
-
 DNS = ["raykueue-webhook.raykueue-system.svc"]
 IPS = ["127.0.0.1"]
 

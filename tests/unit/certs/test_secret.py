@@ -25,8 +25,6 @@ from raykueue.kube.rest import ApiError
 from testkit.certfiles import ensure_secret_certs, write_cert_files
 from testkit.unit.certs_secret import DNS, NAME, NS, PATH, FakeSecrets, ensure
 
-pytestmark = pytest.mark.unit
-
 COLLECTION = f"/api/v1/namespaces/{NS}/secrets"
 
 

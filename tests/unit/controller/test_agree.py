@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import pytest
-
 from raykueue.controller import actions as a
 from raykueue.controller import decide as d
 from raykueue.controller import stuck
@@ -20,8 +18,6 @@ from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.controller_world import World
 from testkit.listsource import facts_of
-
-pytestmark = pytest.mark.unit
 
 NOW = datetime.fromisoformat(o.T0.replace("Z", "+00:00")).timestamp() + 300.0
 PRIORITIES = {c.DEFAULT_HEAD_PRIORITY_CLASS: 1000, c.DEFAULT_WORKER_PRIORITY_CLASS: 100}

@@ -5,16 +5,12 @@ from __future__ import annotations
 import logging
 import typing
 
-import pytest
-
 from raykueue.controller import actions as a
 from raykueue.controller import handlers as h
 from raykueue.controller.apply import HANDLERS, apply
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.state import State
 from testkit.controller_world import World
-
-pytestmark = pytest.mark.unit
 
 
 def test_every_action_type_has_a_handler_and_nothing_else_does():

@@ -14,8 +14,6 @@ from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.unit.controller_decide import PRIORITIES, ctx
 
-pytestmark = pytest.mark.unit
-
 
 def only(actions, kind):
     found = [x for x in actions if isinstance(x, kind)]

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from raykueue.controller import decide as d
 from raykueue.controller.explain import explain, explain_pod, queue_position
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.controller_world import World
 from testkit.unit.controller_explain import CQ, LQ, facts
-
-pytestmark = pytest.mark.unit
 
 
 def test_pending_pod_shows_kueues_message_queue_priority_and_position():

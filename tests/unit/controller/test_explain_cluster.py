@@ -15,8 +15,6 @@ from testkit import controller_objects as o
 from testkit.listsource import facts_of
 from testkit.unit.controller_explain import CQ, LQ, facts
 
-pytestmark = pytest.mark.unit
-
 CLUSTER = "raycluster-gpu"
 
 

@@ -5,11 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-import pytest
-
 from raykueue.controller.gang import HEAD_GROUP, Base, Member, Plan, minimum, plan, quota_held
-
-pytestmark = pytest.mark.unit
 
 MINS = minimum({"a": 2, "b": 1, "spare": 0})
 

@@ -7,8 +7,6 @@ import copy
 import json
 from typing import Any
 
-import pytest
-
 from raykueue.controller import actions as a
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
@@ -16,8 +14,6 @@ from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.controller_world import World
 from testkit.unit.controller_loop import NS, controller, counter, drain, run_pod, seed
-
-pytestmark = pytest.mark.unit
 
 GROUP = "gpu-group"
 SECOND = "2026-12-02T09:40:12Z"  # every pod of the cluster is made in this one second

@@ -22,8 +22,6 @@ from raykueue.controller.caches import slim_workload
 from raykueue.core import contract as c
 from testkit.unit.controller_gang_decide import CTX, GROUP, base_for, cluster, kinds
 
-pytestmark = pytest.mark.unit
-
 
 def container(pod_set: dict[str, Any]) -> dict[str, Any]:
     return pod_set["template"]["spec"]["containers"][0]

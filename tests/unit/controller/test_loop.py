@@ -19,8 +19,6 @@ from testkit.controller_world import World
 from testkit.unit.controller_loop import NS, controller, counter, drain, run_pod, seed
 from testkit.waiting import wait_for, within
 
-pytestmark = pytest.mark.unit
-
 
 def admit(world: World, name: str, *, flavor: str = o.FLAVOR) -> None:
     """Write what Kueue writes on admission: status.admission, QuotaReserved and

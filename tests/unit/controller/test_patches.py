@@ -9,8 +9,6 @@ from raykueue.controller import patches
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 
-pytestmark = pytest.mark.unit
-
 
 def test_lift_guards_uid_and_gate_position_then_removes_the_gate():
     pod = o.pod()

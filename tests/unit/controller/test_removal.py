@@ -21,8 +21,6 @@ from raykueue.core.clock import timestamp
 from testkit import controller_objects as o
 from testkit.unit.controller_decide import ctx
 
-pytestmark = pytest.mark.unit
-
 GRACE = 120.0
 SINCE = timestamp(o.T1)  # the pending Workload's last admission change
 assert SINCE is not None

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from raykueue.controller.state import ORPHANS, State, owner_key
 from raykueue.core import contract as c
 from raykueue.kube.cache import DELETED
 from testkit import controller_objects as o
-
-pytestmark = pytest.mark.unit
 
 NS = "team-a"
 

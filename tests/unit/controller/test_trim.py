@@ -31,8 +31,6 @@ from testkit import controller_objects as o
 from testkit.listsource import facts_of
 from testkit.unit.controller_decide import PRIORITIES, ctx
 
-pytestmark = pytest.mark.unit
-
 
 def running_pod(role: str = c.ROLE_WORKER, **kw: Any) -> dict[str, Any]:
     """A pod past the gate with what the kubelet adds: container statuses."""

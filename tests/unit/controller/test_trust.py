@@ -19,8 +19,6 @@ from raykueue.controller.caches import slim_workload
 from testkit import controller_objects as o
 from testkit.unit.controller_decide import ctx
 
-pytestmark = pytest.mark.unit
-
 
 def forged(pod, **changes) -> dict:
     """Our admitted Workload for `pod`, then edited the way a forger would."""

@@ -12,8 +12,6 @@ from raykueue.controller import workload_status as ws
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 
-pytestmark = pytest.mark.unit
-
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from raykueue.controller.workqueue import WorkQueue
-
-pytestmark = pytest.mark.unit
 
 
 class Clock:

@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from raykueue.controller import gang_decide as gd
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.invariants import quantity, uncovered
-
-pytestmark = pytest.mark.unit
 
 GROUP = "gpu-group"
 

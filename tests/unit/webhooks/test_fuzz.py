@@ -16,8 +16,6 @@ from raykueue.webhooks.classify import Context, Policy
 from raykueue.webhooks.review import BadReview, parse
 from testkit.fuzz_reviews import MUTATE, cases
 
-pytestmark = pytest.mark.unit
-
 CONTROLLERS = frozenset({c.DEFAULT_CONTROLLER_IDENTITY})
 SEED = 20261202
 
