@@ -4,7 +4,7 @@ The ceiling (bench/ceiling.py: raykueue's decision behind a bare ASGI handler,
 same uvicorn settings, same TLS context) is registered exactly as raykueue's
 pod webhook is: the shipped declaration (manifests/webhooks.yaml, through
 devstack.webhook_configurations with the bench's namespace selector), renamed
-and pointed at the ceiling (devstack/ceiling.py). What the API server measures per webhook
+and pointed at the ceiling (bench/ceiling_hook.py). What the API server measures per webhook
 (testkit/histograms.py) is then split into what is ours and what is its own.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import devstack
-from devstack.ceiling import ceiling_configuration
-from devstack.kubeapi import KubeError, object_path
+from bench.ceiling_hook import ceiling_configuration
+from devstack.controlplane.kubeapi import KubeError, object_path
 from raykueue.kube.rest import Rest
 from testkit.histograms import (
     REQUEST_DURATION,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import devstack
-from devstack.kueue_pods import kueue_pod_integration
+from bench.kueue_pods import kueue_pod_integration
 from raykueue.core import contract as c
 from raykueue.kube.resources import crd
 from raykueue.kube.rest import ApiError, Rest

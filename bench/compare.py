@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import devstack  # noqa: E402
 from bench import apiview  # noqa: E402
+from bench.ceiling_hook import CEILING_HOOK, POD_HOOK  # noqa: E402
 from bench.common import (  # noqa: E402
     KUEUE_NAMESPACES,
     SYSTEM_LABEL,
@@ -65,8 +66,7 @@ from bench.common import (  # noqa: E402
     start_raykueue,
     worker_pod,
 )
-from devstack.ceiling import CEILING_HOOK, POD_HOOK  # noqa: E402
-from devstack.kueue_pods import (  # noqa: E402
+from bench.kueue_pods import (  # noqa: E402
     register_kueue_pod_webhooks,
     unregister_kueue_pod_webhooks,
 )

@@ -1,7 +1,7 @@
 """raykueue or Kueue's elastic RayCluster: one workload, the real Ray autoscaler, side by side.
 
-The Ray tier's machinery (devstack/ray_runner.py: a Ray head, autoscaler and worker
-for each pod kwok runs; devstack/ray_driver.py; testkit/raycluster.py) on one e2e
+The Ray tier's machinery (devstack/ray/runner.py: a Ray head, autoscaler and worker
+for each pod kwok runs; devstack/ray/driver.py; testkit/raycluster.py) on one e2e
 stack with Kueue as shipped and raykueue (webhooks + controller) registered for the
 whole cluster. The same RayCluster (head 750m + the autoscaler sidecar 250m: 1 CPU;
 one worker group, 1 CPU a worker, minReplicas 1, maxReplicas 10, autoscaler v2) is
@@ -68,9 +68,11 @@ from bench.common import (  # noqa: E402
     lifecycle_writes,
     request_totals,
 )
-from devstack import dashboard_proxy, pki, ray_driver  # noqa: E402
-from devstack.kueue_shipped import feature_gate_default, kueue_module_dir, sources_mention  # noqa: E402
-from devstack.ray_runner import RayClusterRunner, RayTier  # noqa: E402
+from devstack.controlplane import pki  # noqa: E402
+from devstack.kueue.shipped import feature_gate_default, kueue_module_dir, sources_mention  # noqa: E402
+from devstack.ray import dashboard_proxy  # noqa: E402
+from devstack.ray import driver as ray_driver  # noqa: E402
+from devstack.ray.runner import RayClusterRunner, RayTier  # noqa: E402
 from raykueue.controller import workload as w  # noqa: E402
 from raykueue.core import contract as c  # noqa: E402
 from raykueue.kube.client import load_api_client  # noqa: E402

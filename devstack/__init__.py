@@ -8,12 +8,12 @@
 Binaries come from controlplane/build.sh (RAYKUEUE_BIN_DIR); a stack lives in
 RAYKUEUE_STACK_DIR (default ~/.cache/raykueue/stack) with its kubeconfig,
 state.json and logs/. RAYKUEUE_KUEUE=minimal|shipped picks which Kueue it runs
-(devstack/kueue_shipped.py). Tier node adds a real kubelet node (devstack/node.py).
+(devstack/kueue/shipped.py). Tier node adds a real kubelet node (devstack/node/kubelet.py).
 """
 
 from .config import TIERS, Nodes, Samples, StackConfig, default_bin_dir, default_stack_dir
+from .controlplane.webhooks import register_webhooks, unregister_webhooks, webhook_configurations
 from .stack import Stack, StackError, down, free_ports, release, stop_component, up
-from .webhooks import register_webhooks, unregister_webhooks, webhook_configurations
 
 __all__ = [
     "TIERS",

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from .config import TIERS, StackConfig
+from .controlplane.webhooks import register_webhooks, unregister_webhooks
 from .stack import Stack, StackError, down, up
-from .webhooks import register_webhooks, unregister_webhooks
 
 NEXT_STEPS = """
 devstack: next, in this repo (the controller runs as the stack's admin user):

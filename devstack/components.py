@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from . import dashboard_proxy, kueue_shipped, node, pki
 from .config import StackConfig
-from .objects import KUEUE_NAMESPACE, KWOK_NODE_ANNOTATION, apply_objects, node_objects
+from .controlplane import pki
+from .controlplane.objects import KUEUE_NAMESPACE, KWOK_NODE_ANNOTATION, apply_objects, node_objects
+from .kueue import shipped as kueue_shipped
+from .node import kubelet as node
 from .probes import condition, http_ok, secure_healthz, tls_port_open
 from .procs import StackError
+from .ray import dashboard_proxy
 
 if TYPE_CHECKING:
     # The stack as a declaration sees it; `handle.Stack` is one (and imports us).
@@ -49,7 +52,7 @@ class Component:
     # Runs right after the process starts, before waiting for it (kwok: its nodes).
     after_start: Callable[[Stack], None] | None = None
     # A command prefix the process runs under (the real node's: nsenter into its
-    # namespaces, devstack/node.py); the recorded binary stays the component's own.
+    # namespaces, devstack/node/kubelet.py); the recorded binary stays the component's own.
     wrap: Callable[[Stack], list[str]] | None = None
     # Also pass KUBECONFIG: controller-runtime managers read it besides --kubeconfig.
     kubeconfig_env: bool = False
@@ -207,7 +210,7 @@ def kueue_config(config: StackConfig, health: int, webhook: int, visibility: int
     """The Kueue manager's configuration for `config.kueue_mode`, `config.kueue_config` merged over it.
 
     minimal: batch/job only; shipped: Kueue's own controller_manager_config.yaml
-    (devstack/kueue_shipped.py), with only addresses, ports and certificates changed.
+    (devstack/kueue/shipped.py), with only addresses, ports and certificates changed.
     """
     shipped = config.kueue_mode == kueue_shipped.SHIPPED
     module = kueue_shipped.shipped_module(config.kueue_version) if shipped else None
@@ -277,13 +280,13 @@ def _kueue_ready(stack: Stack) -> tuple[bool, str]:
 # ---- KubeRay ---------------------------------------------------------------------------
 
 def _dashboard_proxy_args(stack: Stack, ports: Ports) -> list[str]:
-    return ["-m", "devstack.dashboard_proxy", f"--port={ports['http']}",
+    return ["-m", "devstack.ray.dashboard_proxy", f"--port={ports['http']}",
             f"--routes={dashboard_proxy.routes_dir(stack.dir)}"]
 
 
 def _ray_operator_env(stack: Stack) -> dict[str, str]:
     """RayJobs and RayServices make the operator call a head's dashboard by its Service's
-    cluster DNS name: plain HTTP, so through this proxy (devstack/dashboard_proxy.py)."""
+    cluster DNS name: plain HTTP, so through this proxy (devstack/ray/dashboard_proxy.py)."""
     proxy = f"http://127.0.0.1:{stack.ports['dashboard-proxy']}"
     return {"HTTP_PROXY": proxy, "http_proxy": proxy,
             "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
@@ -331,7 +334,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
     Component("ray-operator", "e2e", "ray-operator", ("probe", "metrics"), _ray_operator_args,
               _ray_operator_ready, needs=("objects", "dashboard-proxy"), kubeconfig_env=True,
               env=_ray_operator_env),
-    # ---- the node tier: one real kubelet node (devstack/node.py, docs/DEVSTACK.md) ----
+    # ---- the node tier: one real kubelet node (devstack/node/kubelet.py, docs/DEVSTACK.md) ----
     Component("node-ns", "node", sys.executable, (), node.ns_args, node.ns_ready,
               prepare=node.ns_prepare),
     Component("node-apiserver-proxy", "node", sys.executable, ("listen",), node.proxy_args,

@@ -6,13 +6,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Each tier includes the ones before it; `node` adds the real node (devstack/node.py).
+# Each tier includes the ones before it; `node` adds the real node (devstack/node/kubelet.py).
 TIERS = ("api", "e2e", "node")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-# Which Kueue a stack runs: devstack/kueue_shipped.py says what each means.
+# Which Kueue a stack runs: devstack/kueue/shipped.py says what each means.
 KUEUE_MODES = ("minimal", "shipped")
 KUEUE_MODE_ENV = "RAYKUEUE_KUEUE"
 
@@ -120,7 +120,7 @@ class StackConfig:
     # e.g. {"waitForPodsReady": {"timeout": "5m"}, "featureGates": {...}}.
     kueue_config: dict = field(default_factory=dict)
     # "shipped" (Kueue as users install it, the default) or "minimal" (batch/job only,
-    # no Kueue webhooks: only for a test that says why); devstack/kueue_shipped.py.
+    # no Kueue webhooks: only for a test that says why); devstack/kueue/shipped.py.
     # Default from RAYKUEUE_KUEUE.
     kueue_mode: str = field(default_factory=default_kueue_mode)
 

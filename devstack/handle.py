@@ -16,11 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from . import pki, procs, state
+from . import procs, state
 from .components import COMPONENTS
 from .config import StackConfig
-from .kubeapi import KubeApi
-from .objects import crd_files, crds_digest, install_crds
+from .controlplane import pki
+from .controlplane.kubeapi import KubeApi
+from .controlplane.objects import crd_files, crds_digest, install_crds
 from .procs import Proc, StackError, free_ports
 from .stackview import Log
 

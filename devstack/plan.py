@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import node
 from .components import COMPONENTS
 from .config import TIERS
-from .kubeapi import KubeError
-from .objects import apply_objects, base_objects, crds_established
+from .controlplane.kubeapi import KubeError
+from .controlplane.objects import apply_objects, base_objects, crds_established
+from .node import kubelet as node
 from .procs import StackError
 from .stackview import Log
 

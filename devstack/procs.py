@@ -93,7 +93,7 @@ def pid_runs(pid: int, binary: str) -> bool:
 
 
 # devstack is not part of the product's wheel: the Python processes the stack
-# starts (`python -m devstack.dashboard_proxy`, the Ray tier's driver) find it,
+# starts (`python -m devstack.ray.dashboard_proxy`, the Ray tier's driver) find it,
 # and whatever else the checkout holds, through the checkout's root.
 CHECKOUT = Path(__file__).resolve().parents[1]
 

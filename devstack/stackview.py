@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .config import StackConfig
-from .kubeapi import KubeApi
+from .controlplane.kubeapi import KubeApi
 from .procs import Proc
 
 # One line of progress for whoever waits on `up`.

@@ -2,7 +2,7 @@
 
 `raycluster()` is the tier's RayCluster (opted in, autoscaler v2), `for_way()` the
 same cluster queued another way (Kueue's elastic RayCluster, raykueue gang),
-`RayCluster` a running one with a Ray driver to ask (devstack/ray_driver.py), and
+`RayCluster` a running one with a Ray driver to ask (devstack/ray/driver.py), and
 `Observer` / `observed` watch a namespace's pods and Workloads over a whole scenario.
 
 Churn is what happens between two looks, so it is counted from watch events,
@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from devstack import ray_driver
-from devstack.ray_procs import RayProcess
-from devstack.ray_runner import RayClusterRunner
+from devstack.ray import driver as ray_driver
+from devstack.ray.procs import RayProcess
+from devstack.ray.runner import RayClusterRunner
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
@@ -30,7 +30,7 @@ from testkit.pods import gated, role, running
 from testkit.standins import WORKLOADS
 
 # A head starts in seconds on an idle machine; on a busy one a start can take a
-# minute and be tried again (devstack.ray_runner.START_ATTEMPTS).
+# minute and be tried again (devstack.ray.runner.START_ATTEMPTS).
 HEAD_TIMEOUT = 300
 
 

@@ -3,7 +3,7 @@
 `RaykueueServer` runs `raykueue serve` against a devstack stack (registering
 its webhooks unless told not to); `LoopbackTLSServer` is what any such server
 of ours has (a port, a CA); the replica helpers start several and find the
-one that leads. The pytest fixtures over them are in tests/stackfixtures.py.
+one that leads. The pytest fixtures over them are in testkit/stackfixtures.py.
 """
 
 from __future__ import annotations

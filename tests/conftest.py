@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from devstack.config import KUEUE_MODES
-
-from .stackfixtures import (  # noqa: F401 (fixtures)
+from testkit.stackfixtures import (  # noqa: F401 (fixtures)
     api_stack,
     e2e_stack,
     k8s,
@@ -39,7 +38,20 @@ from .stackfixtures import (  # noqa: F401 (fixtures)
 )
 
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "serve", "tools", "api", "e2e", "ray", "node")
+# The one declaration of the tiers: each test is marked with its folder's tier (tests/<tier>/...),
+# so no module says it again. The order is pyproject's testpaths order: fast feedback first.
+TIERS = {
+    "unit": "Python only: starts no server process, needs no Go, Go module cache, kubectl or network "
+            "(in-process loopback fakes at most)",
+    "serve": "starts `raykueue serve` as a process (no Kubernetes)",
+    "tools": "what controlplane/build.sh makes (promtool, helm, kubectl's kustomize, the Kueue module), "
+             "no servers",
+    "api": "needs a real kube-apiserver and etcd",
+    "e2e": "needs the whole stack (Kueue, KubeRay, scheduler, kwok)",
+    "ray": "the e2e stack plus real Ray (head, workers, the KubeRay autoscaler) as local processes",
+    "node": "the e2e stack plus a real kubelet node running raykueue's own image, installed as users "
+            "install it",
+}
 REPO_ROOT = TESTS.parent
 
 
@@ -64,14 +76,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="stack directory (default $RAYKUEUE_STACK_DIR or ~/.cache/raykueue/stack)")
     group.addoption("--kueue", choices=KUEUE_MODES, default=None,
                     help="which Kueue the stack runs (default $RAYKUEUE_KUEUE or shipped); "
-                         "see devstack/kueue_shipped.py")
+                         "see devstack/kueue/shipped.py")
     group.addoption("--build-controlplane", action="store_true", default=False,
                     help="run controlplane/build.sh first when a selected test needs the stack")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for tier in TIERS:
-        config.addinivalue_line("markers", f"{tier}: tests under tests/{tier}")
+    for tier, needs in TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: tests/{tier}/: {needs}")
     config.addinivalue_line(
         "markers",
         "raykueue_server(args=None, env=None, register=True): options for the raykueue_server fixture",

@@ -62,7 +62,7 @@ def discover_version(rest: Rest) -> str | None:
 
 # What the controller's decisions read (`decide`, `gang_decide`, `placement`,
 # `stuck`, the handlers' writes and Events) of each cached kind; the transforms
-# below keep exactly this on arrival. tests/unit/test_controller_trim.py runs
+# below keep exactly this on arrival. tests/unit/controller/test_trim.py runs
 # the decisions on trimmed and whole objects and expects the same answer.
 # Of metadata: core.objects.METADATA_KEPT, as every cache of ours; of a RayCluster,
 # core.rayobjects.slim_raycluster, the admission side's transform too.

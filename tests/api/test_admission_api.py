@@ -15,43 +15,13 @@ from typing import Any
 import pytest
 
 from raykueue.core import contract as c
-from testkit import reviews as rv
+from testkit.api.admission import create, opted_in_pod, ray_pod, start_server
 from testkit.reviews import gates
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
-
-
-def ray_pod(namespace: str, role: str = "worker", **meta: Any) -> dict[str, Any]:
-    """A pod as KubeRay builds it (from the fixture review), minus what the server fills in."""
-    pod = rv.creatable_pod(role)
-    metadata = pod["metadata"]
-    metadata["namespace"] = namespace
-    metadata["generateName"] = f"rc-{role}-"
-    for key, value in meta.get("labels", {}).items():
-        metadata["labels"][key] = value
-    metadata.setdefault("annotations", {}).update(meta.get("annotations", {}))
-    if "owner" in meta:
-        metadata["ownerReferences"] = [meta["owner"]]
-    return pod
-
-
-def opted_in_pod(namespace: str, role: str = "worker", queue: str = "team-a") -> dict[str, Any]:
-    return ray_pod(namespace, role, labels={c.QUEUE_LABEL: queue},
-                   annotations={c.STANDALONE_ANNOTATION: "true"})
-
-
-def create(kubectl, pod: dict[str, Any], *extra: str):
-    return kubectl("create", "-o", "json", *extra, "-f", "-", input=json.dumps(pod))
-
-
-def start_server(stack, tmp_path_factory, **options) -> RaykueueServer:
-    """One server per module: re-registering per test races the API server's webhook cache."""
-    workdir = tmp_path_factory.mktemp("raykueue-server")
-    # Admission alone: the controller has tests of its own.
-    return RaykueueServer(stack, workdir, args=["--no-controller"], **options).start()
 
 
 @pytest.fixture(scope="module")

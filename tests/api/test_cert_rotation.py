@@ -42,10 +42,10 @@ from raykueue.core import contract as c
 from raykueue.core.clock import format_micro_time
 from raykueue.kube.client import load_api_client
 from raykueue.kube.rest import Rest
+from testkit.certfiles import ensure_secret_certs
 from testkit.servers import RaykueueServer, raykueue_command
+from testkit.stackfixtures import new_namespace  # noqa: F401
 from testkit.waiting import wait_for
-from tests.certfiles import ensure_secret_certs
-from tests.stackfixtures import new_namespace  # noqa: F401
 
 MUTATING = (f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
             f"{c.MUTATING_WEBHOOK_CONFIG}")

@@ -21,7 +21,7 @@ from cryptography import x509
 
 from raykueue.certs import secret as s
 from raykueue.kube.rest import ApiError, Rest
-from tests.certfiles import ensure_secret_certs
+from testkit.certfiles import ensure_secret_certs
 
 NAME = "raykueue-webhook-tls"  # the name the Role in manifests/rbac.yaml allows
 DNS = ["raykueue-webhook.ns.svc", "raykueue-webhook.ns.svc.cluster.local"]

@@ -10,19 +10,15 @@ from their modules. Those CRDs are installed for this module and removed after.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devstack.config import default_bin_dir, share_dir
-from tests.api.test_manifests import dry_run
+from testkit.api.chart import CHART, template
+from testkit.api.manifests import dry_run
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "raykueue"
 CRDS = share_dir(default_bin_dir()) / "crds"
 OPTIONS = ("priorities.create=true", "certManager.enabled=true", "monitoring.enabled=true")
 
@@ -41,17 +37,6 @@ def operator_crds(kubectl) -> Iterator[list[str]]:
     kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, check=True)
     yield names
     kubectl("delete", "--wait=false", *names)
-
-
-def template(namespace: str, *sets: str) -> list[dict[str, Any]]:
-    helm = default_bin_dir() / "helm"
-    args = [str(helm), "template", "raykueue", str(CHART), "--namespace", namespace,
-            "--set", "createNamespace=false"]
-    for s in sets:
-        args += ["--set", s]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 def test_defaults_are_accepted(kubectl, new_namespace) -> None:

@@ -23,9 +23,9 @@ from raykueue.coexist.watcher import CONFIG_MAPS, KueueWatch, read_findings
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import Resource
 from raykueue.kube.rest import ApiError, Rest
+from testkit.api.chart import template as chart_template
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.api.test_chart_api import template as chart_template
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 EVENTS = Resource("events.k8s.io", "v1", "events")
 NAME = "kueue-manager-config"

@@ -17,6 +17,14 @@ from raykueue.controller import explain_cluster as ec
 from raykueue.controller import pods as p
 from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError
+from testkit.api.controller import (  # noqa: F401 - fixtures
+    admin,
+    as_controller,
+    ns,
+    run_controller,
+    scope,
+)
+from testkit.api.scope import ray_object
 from testkit.standins import (
     LOCAL_QUEUE,
     admit,
@@ -28,14 +36,6 @@ from testkit.standins import (
     workload_of,
 )
 from testkit.waiting import wait_for
-from tests.api.test_controller_api import (  # noqa: F401 - fixtures
-    admin,
-    as_controller,
-    ns,
-    run_controller,
-    scope,
-)
-from tests.api.test_scope import ray_object
 
 
 def lifted(admin, pod) -> bool:  # noqa: F811 - admin is a Rest here

@@ -1,6 +1,6 @@
 """10,000 malformed or hostile AdmissionReviews against a running `raykueue serve`.
 
-Both admission paths get generated cases (tests/fuzz_reviews.py: wrong types,
+Both admission paths get generated cases (testkit/fuzz_reviews.py: wrong types,
 missing fields, multi-MB strings, nesting past the parser's limit, odd
 unicode, bytes that are not JSON). Every answer must be a 4xx with a reason
 or a 200 AdmissionReview for the request's uid (a denial with a message where
@@ -22,8 +22,8 @@ import httpx
 import orjson
 import pytest
 
+from testkit.fuzz_reviews import Case, cases
 from testkit.servers import RaykueueServer
-from tests.fuzz_reviews import Case, cases
 
 CASES = int(os.environ.get("RAYKUEUE_FUZZ_CASES", "10000"))
 SEED = int(os.environ.get("RAYKUEUE_FUZZ_SEED", str(int(time.time()) % 100_000)))

@@ -23,8 +23,17 @@ from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.validate import FROZEN_WHILE_GATED
+from testkit.api.controller import (  # noqa: F401 - fixtures
+    admin,
+    as_controller,
+    ns,
+    run_controller,
+    scope,
+    stays,
+)
 from testkit.reviews import gates
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.standins import (
     WORKLOADS,
     create_pod,
@@ -35,15 +44,6 @@ from testkit.standins import (
     workload_of,
 )
 from testkit.waiting import wait_for
-from tests.api.test_controller_api import (  # noqa: F401 - fixtures
-    admin,
-    as_controller,
-    ns,
-    run_controller,
-    scope,
-    stays,
-)
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 USER = "alice"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

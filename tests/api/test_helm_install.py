@@ -6,7 +6,7 @@ validating webhook refused its controller's lift: every opted-in pod stayed
 Pending. Here the chart is rendered into a fresh namespace, its RBAC and
 ServiceAccount applied to the real API server, and `raykueue serve` runs as
 that ServiceAccount with the environment the kubelet would give it from the
-rendered Deployment (tests/podenv.py): its webhooks gate an opted-in pod, its
+rendered Deployment (testkit/podenv.py): its webhooks gate an opted-in pod, its
 controller makes the Workload, and once "Kueue" admits it the controller's own
 lift passes raykueue's validating webhook.
 """
@@ -18,16 +18,16 @@ import copy
 from pathlib import Path
 
 import devstack
-from devstack.kubeapi import KubeError
+from devstack.controlplane.kubeapi import KubeError
 from raykueue.core import contract as c
 from testkit import reviews as rv
 from testkit.accounts import service_account_token, token_kubeconfig
+from testkit.api.chart import template
+from testkit.api.install import FLAVORS, WORKLOADS, _admit
+from testkit.podenv import kubelet_env
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.api.test_chart_api import template
-from tests.api.test_install import FLAVORS, WORKLOADS, _admit
-from tests.podenv import kubelet_env
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 KEPT_FROM_THE_DEPLOYMENT = ("RAYKUEUE_POD_NAMESPACE", "RAYKUEUE_SERVICE_ACCOUNT",
                             "RAYKUEUE_LEASE_NAMESPACE", "RAYKUEUE_KUEUE_NAMESPACE",

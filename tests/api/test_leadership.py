@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from testkit.servers import controller_detail, sole_leader, start_replicas
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def test_one_replica_leads_and_the_other_takes_over(api_stack, new_namespace, tmp_path) -> None:  # noqa: F811

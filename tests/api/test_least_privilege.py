@@ -21,15 +21,15 @@ from kubernetes import client
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError, Rest
-from testkit.standins import create_pod, live
-from testkit.waiting import wait_for
-from tests.api.test_controller_api import (  # noqa: F401 - fixtures
+from testkit.api.controller import (  # noqa: F401 - fixtures
     admin,
     as_controller,
     ns,
 )
-from tests.api.test_own_writes import DRY_RUN, _no_policy_left, enforced, refusal  # noqa: F401
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.api.own_writes import DRY_RUN, _no_policy_left, enforced, refusal  # noqa: F401
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.standins import create_pod, live
+from testkit.waiting import wait_for
 
 RAYCLUSTERS = f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{{ns}}/rayclusters"
 

@@ -18,41 +18,10 @@ import pytest
 import yaml
 
 from raykueue.core import contract as c
+from testkit.api.manifests import build, dry_run
 
 ROOT = Path(__file__).resolve().parents[2]
-RENAMED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-           "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
-           "ValidatingAdmissionPolicyBinding"}
-CLUSTER_SCOPED = {
-    "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration", "WorkloadPriorityClass", "ClusterQueue", "ResourceFlavor",
-    "PriorityClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-}
 CERT_MANAGER_GROUP = "cert-manager.io"
-
-
-def build(kubectl, path: Path) -> list[dict]:
-    built = kubectl("kustomize", str(path), check=True).stdout
-    return [d for d in yaml.safe_load_all(built) if d]
-
-
-def dry_run(kubectl, path: Path, namespace: str, docs: list[dict] | None = None) -> list[dict]:
-    docs = build(kubectl, path) if docs is None else docs
-    for doc in docs:
-        if doc["kind"] not in CLUSTER_SCOPED:
-            doc["metadata"]["namespace"] = namespace
-        elif doc["kind"] in RENAMED:
-            doc["metadata"]["name"] += f"-{namespace}"
-        if doc["kind"] == "ClusterRoleBinding":
-            doc["roleRef"]["name"] += f"-{namespace}"
-        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
-            doc["spec"]["policyName"] += f"-{namespace}"
-    out = kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server",
-                  "--field-manager=manifest-test", "-o", "json", "-f", "-",
-                  input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
-    return result.get("items", [result])
 
 
 def test_base_is_accepted(kubectl, new_namespace) -> None:

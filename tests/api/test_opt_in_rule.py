@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from raykueue.core import contract as c
+from testkit.api.scope import OPTED_IN, path, ray_object
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
-from tests.api.test_scope import OPTED_IN, path, ray_object
 
 MERGE = {"content_type": "application/merge-patch+json"}
 MANAGED = {"kueue-managed": "true"}

@@ -12,19 +12,28 @@ still does its whole job (Workload, gate lift, PodsReady, eviction, scale-down).
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-
-import pytest
-import yaml
 
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest
+from testkit.api.controller import (  # noqa: F401 - fixtures
+    admin,
+    as_controller,
+    ns,
+    run_controller,
+    scope,
+)
+from testkit.api.own_writes import (
+    DRY_RUN,
+    _no_policy_left,  # noqa: F401 - autouse fixtures
+    enforced,
+    refusal,
+)
 from testkit.reviews import gates
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.standins import (
     WORKLOADS,
     admit,
@@ -38,62 +47,6 @@ from testkit.standins import (
     workload_of,
 )
 from testkit.waiting import wait_for
-from tests.api.test_controller_api import (  # noqa: F401 - fixtures
-    admin,
-    as_controller,
-    ns,
-    run_controller,
-    scope,
-)
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-
-POLICY = Path(__file__).resolve().parents[2] / "manifests" / "own-writes-policy.yaml"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-DRY_RUN = {"dryRun": "All"}
-
-
-def policy_docs() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(POLICY.read_text()) if d]
-
-
-def plural(kind: str) -> str:
-    return {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-            "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[kind]
-
-
-@contextlib.contextmanager
-def enforced(rest: Rest, probe: Callable[[], None]) -> Iterator[None]:
-    """The shipped policy and its binding, created, and in force once `probe` is refused."""
-    made = []
-    for doc in policy_docs():
-        path = f"{ADMISSION}/{plural(doc['kind'])}"
-        rest.create(path, doc)
-        made.append(f"{path}/{doc['metadata']['name']}")
-    try:
-        # The API server loads policies through an informer: a moment after the create.
-        wait_for(lambda: refusal(probe) is not None, timeout=30, interval=0.2,
-                 message="the policy to be in force")
-        yield
-    finally:
-        for path in reversed(made):
-            with contextlib.suppress(ApiError):
-                rest.delete(path)
-        # ... and out of force again only a moment after the delete: the next test
-        # first shows what RBAC alone lets through.
-        wait_for(lambda: refusal(probe) is None, timeout=30, interval=0.2,
-                 message="the policy to be out of force")
-
-
-def refusal(write: Callable[[], Any]) -> str | None:
-    """The policy's refusal of `write`, or None when the write is let through."""
-    try:
-        write()
-    except ApiError as exc:
-        assert exc.status in (403, 422), exc
-        text = str(exc)
-        assert "raykueue-own-writes" in text, text
-        return text
-    return None
 
 
 def foreign_workload(namespace: str, name: str, **labels: str) -> dict[str, Any]:
@@ -205,7 +158,6 @@ def test_a_pod_of_an_opted_in_cluster_may_be_deleted_never_changed(
             PODS.path(ns, "bare-worker"), query=DRY_RUN)) or "")
 
 
-
 def test_a_kuberay_pod_without_raykueues_marks_may_be_adopted_and_nothing_else(
         admin, ns, as_controller) -> None:  # noqa: F811
     """A running pod of a cluster opted in before raykueue ran (or during break-glass)
@@ -281,9 +233,3 @@ def test_under_the_policy_the_controller_still_does_its_whole_job(
         release(admin, worker)
 
 
-@pytest.fixture(autouse=True)
-def _no_policy_left(admin) -> Iterator[None]:  # noqa: F811
-    yield
-    for doc in policy_docs():
-        with contextlib.suppress(ApiError):
-            admin.delete(f"{ADMISSION}/{plural(doc['kind'])}/{doc['metadata']['name']}")

@@ -23,10 +23,10 @@ import devstack
 from raykueue.coexist.policies import GATED_AT_CREATION_POLICY, POLICIES
 from raykueue.core import contract as c
 from testkit.accounts import service_account_token, token_kubeconfig
+from testkit.api.install import NAMESPACE, SERVICE_ACCOUNT, installed  # noqa: F401 - fixture
 from testkit.servers import RaykueueServer, metrics_page
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.api.test_install import NAMESPACE, SERVICE_ACCOUNT, installed  # noqa: F401 - fixture
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
 

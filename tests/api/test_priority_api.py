@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from raykueue.core import contract as c
+from testkit.api.admission import create, opted_in_pod, ray_pod, start_server
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.api.test_admission_api import create, opted_in_pod, ray_pod, start_server
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 HEAD, WORKER = c.DEFAULT_HEAD_PRIORITY_CLASS, c.DEFAULT_WORKER_PRIORITY_CLASS
 

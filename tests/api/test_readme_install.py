@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 
 import devstack
-from devstack.kubeapi import KubeError
+from devstack.controlplane.kubeapi import KubeError
+from testkit.api.install import CONFIGS, NAMESPACE, WPCS, config_path, ours_left, wait_namespace_gone
+from testkit.kustomizes import oldest_kustomize
 from testkit.waiting import wait_for
-from tests.api.test_install import CONFIGS, NAMESPACE, WPCS, config_path, ours_left, wait_namespace_gone
-from tests.kustomizes import oldest_kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import devstack
-from devstack.kubeapi import KubeError
+from devstack.controlplane.kubeapi import KubeError
 from devstack.stack import restart_component
 from raykueue.core import contract as c
 from testkit import reviews as rv
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 RAYCLUSTERS = "/apis/ray.io/v1/namespaces/{ns}/rayclusters"
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads"

@@ -8,11 +8,11 @@ import uuid
 
 import devstack
 from raykueue.core import contract as c
+from testkit.api.admission import create, opted_in_pod
 from testkit.reviews import gates
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.api.test_admission_api import create, opted_in_pod
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def test_server_takes_its_certs_from_a_secret_and_injects_the_ca(

@@ -181,7 +181,7 @@ def test_raykueue_server_fixture_registers_webhooks(raykueue_server, api_stack):
     assert m["reinvocationPolicy"] == "IfNeeded" and m["timeoutSeconds"] == 5
     assert m["admissionReviewVersions"] == ["v1"]
     # The shipped scope (manifests/webhooks.yaml), not a test-only copy of it.
-    from devstack.webhooks import shipped_webhook_configurations
+    from devstack.controlplane.webhooks import shipped_webhook_configurations
 
     shipped = {cfg["metadata"]["name"]: cfg["webhooks"][0] for cfg in shipped_webhook_configurations()
                if "webhooks" in cfg}

@@ -16,15 +16,15 @@ from raykueue.controller import stuck
 from raykueue.controller import verdict as v
 from raykueue.core import contract as c
 from raykueue.kube.rest import Rest
-from testkit.standins import LOCAL_QUEUE, WPCS, create_pod, events_for, ray_pod, workload_of
-from testkit.waiting import wait_for
-from tests.api.test_controller_api import (  # noqa: F401 - fixtures
+from testkit.api.controller import (  # noqa: F401 - fixtures
     admin,
     as_controller,
     ns,
     run_controller,
     scope,
 )
+from testkit.standins import LOCAL_QUEUE, WPCS, create_pod, events_for, ray_pod, workload_of
+from testkit.waiting import wait_for
 
 GAUGE = "raykueue_gated_pod_oldest_age_seconds"
 INTERVAL = 0.2

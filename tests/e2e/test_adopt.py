@@ -24,11 +24,7 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import ApiError, Rest
-from testkit.pods import role, running
-from testkit.servers import RaykueueServer
-from testkit.waiting import wait_for
-from tests.e2e.invariants import Invariants
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     ADMIN,
     RAYCLUSTERS,
     WORKLOADS,
@@ -36,7 +32,11 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     queue,
     raycluster,
 )
-from tests.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
+from testkit.invariants import Invariants
+from testkit.pods import role, running
+from testkit.servers import RaykueueServer
+from testkit.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 EXEMPT_NAMESPACE = c.DEFAULT_NAMESPACE  # the webhooks' namespaceSelector leaves it out
 

@@ -21,10 +21,7 @@ from raykueue.controller import workload as w
 from raykueue.core.clock import timestamp
 from raykueue.kube.resources import EVENTS_V1
 from raykueue.kube.rest import Rest
-from testkit.pods import gated, role, running
-from testkit.waiting import wait_for
-from tests.e2e.quota_invariants import QuotaInvariants
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     CQS,
     KUEUE,
     RAYCLUSTERS,
@@ -38,6 +35,9 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     settled,
     webhooks,
 )
+from testkit.pods import gated, role, running
+from testkit.quota_invariants import QuotaInvariants
+from testkit.waiting import wait_for
 
 
 def cluster_events(api: Rest, ns: str, cluster: str, reason: str) -> list[dict[str, Any]]:

@@ -23,10 +23,7 @@ import pytest
 from devstack.stack import let_namespaces_finish, restart_component
 from raykueue.controller import workload as w
 from raykueue.kube.rest import ApiError, Rest
-from testkit.reviews import gates
-from testkit.standins import WORKLOADS, create_pod, kueue_status, live, ray_pod, workload_of
-from testkit.waiting import wait_for
-from tests.api.test_controller_api import (  # noqa: F401 - fixtures
+from testkit.api.controller import (  # noqa: F401 - fixtures
     CountingRest,
     admin,
     as_controller,
@@ -34,8 +31,11 @@ from tests.api.test_controller_api import (  # noqa: F401 - fixtures
     run_controller,
     scope,
 )
-from tests.e2e.test_controller_e2e import webhooks  # noqa: F401 - fixture
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.e2e.controller import webhooks  # noqa: F401 - fixture
+from testkit.reviews import gates
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.standins import WORKLOADS, create_pod, kueue_status, live, ray_pod, workload_of
+from testkit.waiting import wait_for
 
 BEFORE, DURING = 8, 8  # pods created before the restart, and while it happens
 

@@ -32,24 +32,22 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.resources import PODS
-from testkit.servers import RaykueueServer
-from testkit.waiting import wait_for, within
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     CQS,
     RAYCLUSTERS,
     WORKLOADS,
     admin,
     cq_usage,
-    gated,
     millicores,
     pods,
     queue,
     raycluster,
-    role,
-    running,
     webhooks,
     workloads,
 )
+from testkit.pods import gated, role, running
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for, within
 
 ROUNDS = int(os.environ.get("RAYKUEUE_FAULT_ROUNDS", "20"))
 SEED = int(os.environ.get("RAYKUEUE_FAULT_SEED", str(int(time.time()) % 100_000)))

@@ -24,17 +24,17 @@ import pytest
 from raykueue.app.settings import Settings
 from raykueue.controller import workload as w
 from raykueue.core.clock import parse_time
+from testkit.api.controller import admin, ns, scope  # noqa: F401 - fixtures
+from testkit.e2e.controller import webhooks  # noqa: F401 - fixture
 from testkit.servers import (  # noqa: F401 - fixture
     RaykueueServer,
     controller_detail,
     sole_leader,
     start_replicas,
 )
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.standins import create_pod, ray_pod, workload_of
 from testkit.waiting import wait_for, within
-from tests.api.test_controller_api import admin, ns, scope  # noqa: F401 - fixtures
-from tests.e2e.test_controller_e2e import webhooks  # noqa: F401 - fixture
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 LEASE = "raykueue-controller"
 # The defaults `raykueue serve` runs with.

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
@@ -22,85 +21,46 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import Rest
-from testkit.servers import RaykueueServer
-from testkit.waiting import wait_for
-from tests.e2e.invariants import WORKLOADS, GangInvariants, InvariantBroken
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     CQS,
     RAYCLUSTERS,
     admin,
     controller,
     cq_usage,
-    gated,
     millicores,
     pods,
     queue,
     raycluster,
-    running,
     webhooks,
 )
-from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-
-BASE = 5  # head + 4 min workers
-T = TypeVar("T")
-
-
-def cluster(name: str, gang: bool) -> dict[str, Any]:
-    obj = raycluster(name, BASE - 1, cpu="500m", memory="512Mi")
-    obj["spec"]["workerGroupSpecs"][0]["minReplicas"] = BASE - 1
-    if gang:
-        obj["metadata"]["annotations"][c.GANG_ANNOTATION] = "true"
-    return obj
+from testkit.e2e.gang import (
+    BASE,
+    GangWatch,
+    base_of,
+    cluster,
+    cq_cpu_reaches_held,
+    own_workload_pods,
+    started,
+    until,
+)
+from testkit.e2e.kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
+from testkit.invariants import WORKLOADS
+from testkit.pods import gated
+from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def ours(pod: dict[str, Any]) -> bool:
     return (pod["metadata"].get("labels") or {}).get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
 
 
-# Every gang scenario runs inside this watcher (tests/e2e/invariants.py), and every wait
-# fails at once on a broken invariant, naming it, instead of timing out after it.
-GangWatch = GangInvariants
-
-
-def until(gw: GangInvariants, cond: Callable[[], T], timeout: float, message: str | Callable[[], str]
-          ) -> T:
-    """wait_for, with the gang's invariants checked at every poll."""
-    def check() -> T:
-        gw.check()
-        return cond()
-
-    return wait_for(check, timeout=timeout, message=message, fatal=(InvariantBroken,))
-
-
-def cq_cpu_reaches_held(gw: GangInvariants, api: Rest, ns: str, want_millicores: int) -> None:
-    """The ClusterQueue's reserved cpu reaches `want_millicores` (Kueue writes it on its own
-    schedule, after the Workloads), the invariants holding meanwhile."""
-    def cpu() -> int:
-        return millicores(cq_usage(api, ns).get("cpu", "0"))
-
-    until(gw, lambda: cpu() == want_millicores, timeout=60,
-          message=lambda: f"ClusterQueue cpu reservation == {want_millicores}m, is {cpu()}m")
-
-
 def api_writes(server: RaykueueServer) -> float:
     return server.metric_total("raykueue_api_writes_total")
-
-
-def started(api: Rest, ns: str, name: str) -> list[dict[str, Any]]:
-    return [p for p in pods(api, ns, name) if running(p) and not gated(p)]
 
 
 def waiting_whole(api: Rest, ns: str, name: str) -> bool:
     live = [p for p in pods(api, ns, name) if not p["metadata"].get("deletionTimestamp")]
     return len(live) == BASE and all(gated(p) for p in live)
-
-
-def base_of(api: Rest, ns: str, name: str) -> dict[str, Any] | None:
-    for wl in api.get(WORKLOADS.path(ns))["items"]:
-        if gd.is_base(wl) and wl["metadata"]["labels"].get(c.GANG_LABEL) == name:
-            return wl
-    return None
 
 
 def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue):  # noqa: F811
@@ -215,11 +175,6 @@ def scale(api: Rest, ns: str, name: str, replicas: int, victims: list[str]) -> N
     group = cluster(name, gang=True)["spec"]["workerGroupSpecs"][0]
     group.update(replicas=replicas, minReplicas=2, scaleStrategy={"workersToDelete": victims})
     api.merge_patch(RAYCLUSTERS.path(ns, name), {"spec": {"workerGroupSpecs": [group]}})
-
-
-def own_workload_pods(api: Rest, ns: str) -> set[str]:
-    return {w.pod_uid_of(x) or "" for x in api.get(WORKLOADS.path(ns))["items"]
-            if w.is_ours(x) and not gd.is_base(x) and not x["metadata"].get("deletionTimestamp")}
 
 
 def test_scale_down_of_base_pods_moves_extras_in_and_quota_follows(admin, controller, queue):  # noqa: F811

@@ -19,9 +19,7 @@ from devstack.components import COMPONENTS, kueue_dir
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
-from testkit.waiting import wait_for
-from tests.e2e.invariants import WORKLOADS
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     WPCS,
     admin,
@@ -29,27 +27,19 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     queue,
     webhooks,
 )
-from tests.e2e.test_gang import (
+from testkit.e2e.gang import (
     GangWatch,
     base_of,
-    cluster,
     cq_cpu_reaches_held,
     own_workload_pods,
     started,
     until,
 )
-from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-
-
-def uids(pods: list[dict[str, Any]]) -> set[str]:
-    return {p["metadata"]["uid"] for p in pods}
-
-
-def with_extras(name: str, minimum: int, replicas: int) -> dict[str, Any]:
-    obj = cluster(name, gang=True)
-    obj["spec"]["workerGroupSpecs"][0].update(minReplicas=minimum, replicas=replicas)
-    return obj
+from testkit.e2e.gang_lifecycle import uids, with_extras
+from testkit.e2e.kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
+from testkit.invariants import WORKLOADS
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 
 def test_head_lost_is_replaced_in_the_base_and_no_worker_is_killed(admin, controller, queue):  # noqa: F811

@@ -10,15 +10,14 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import EVENTS_V1, PODS
 from raykueue.kube.rest import Rest
-from tests.e2e.invariants import WORKLOADS
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     controller,
     queue,
     webhooks,
 )
-from tests.e2e.test_gang import (
+from testkit.e2e.gang import (
     GangWatch,
     base_of,
     cq_cpu_reaches_held,
@@ -26,9 +25,10 @@ from tests.e2e.test_gang import (
     started,
     until,
 )
-from tests.e2e.test_gang_lifecycle import uids, with_extras
-from tests.e2e.test_kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.e2e.gang_lifecycle import uids, with_extras
+from testkit.e2e.kueue_shipped import kueue_as_shipped, watched  # noqa: F401 - fixtures
+from testkit.invariants import WORKLOADS
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def set_workers(api: Rest, ns: str, obj: dict[str, Any], **fields: Any) -> None:

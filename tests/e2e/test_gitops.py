@@ -32,9 +32,9 @@ import yaml
 from raykueue.core import contract as c
 from raykueue.kube.rest import Rest
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
-from tests.e2e.test_controller_e2e import RAYCLUSTERS, admin, webhooks  # noqa: F401 - fixtures
-from tests.e2e.test_kueue_shipped import RAYJOBS, RAYSERVICES, _owned_cluster
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.e2e.controller import RAYCLUSTERS, admin, webhooks  # noqa: F401 - fixtures
+from testkit.e2e.kueue_shipped import RAYJOBS, RAYSERVICES, _owned_cluster
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "raycluster.yaml"
 RESOURCES = {"RayCluster": RAYCLUSTERS, "RayJob": RAYJOBS, "RayService": RAYSERVICES}

@@ -34,9 +34,7 @@ from raykueue.core import contract as c
 from raykueue.kube.cache import ADDED, MODIFIED
 from raykueue.kube.resources import NAMESPACES
 from raykueue.kube.rest import ApiError, Rest
-from testkit.pods import role, running
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     WORKLOADS,
     admin,
@@ -48,7 +46,7 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     settled,
     webhooks,
 )
-from tests.e2e.test_handover import (  # noqa: F401 - fixture
+from testkit.e2e.handover import (  # noqa: F401 - fixture
     MANAGED,
     Course,
     blocker,
@@ -56,7 +54,9 @@ from tests.e2e.test_handover import (  # noqa: F401 - fixture
     gates_of,
     kueue_takes_labelled_namespaces,
 )
-from tests.e2e.test_kueue_shipped import RAYJOBS, _owned_cluster
+from testkit.e2e.kueue_shipped import RAYJOBS, _owned_cluster
+from testkit.pods import role, running
+from testkit.waiting import wait_for
 
 JOB = "rj"
 

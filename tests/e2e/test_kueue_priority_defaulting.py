@@ -21,29 +21,16 @@ import pytest
 import yaml
 
 import devstack
-from devstack.components import COMPONENTS
-from devstack.kueue_shipped import feature_gate_default, kueue_module_dir
-from devstack.stack import restart_component
+from devstack.kueue.shipped import feature_gate_default, kueue_module_dir
 from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError, Rest
+from testkit.e2e.controller import RAYCLUSTERS, WORKLOADS, admin, controller, queue, webhooks  # noqa: F401 - fixtures
+from testkit.e2e.kueue_restart import restart_kueue
+from testkit.e2e.kueue_shipped import no_kueue_workload_for, opted_in_cluster, raykueue_runs_it, watched
+from testkit.pods import role
 from testkit.standins import WPCS
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
-    RAYCLUSTERS,
-    WORKLOADS,
-    admin,
-    controller,
-    queue,
-    role,
-    webhooks,
-)
-from tests.e2e.test_kueue_shipped import no_kueue_workload_for, opted_in_cluster, raykueue_runs_it, watched
 
 GATE = "WorkloadPriorityClassDefaulting"
-
-
-def restart_kueue(stack: devstack.Stack) -> None:
-    restart_component(stack, "kueue")
-    stack.wait_ready("kueue", lambda: COMPONENTS["kueue"].ready(stack))
 
 
 @pytest.fixture(scope="module")

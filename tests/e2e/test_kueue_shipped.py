@@ -12,87 +12,37 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
-from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, crd
-from raykueue.kube.rest import ApiError, Rest
-from testkit.waiting import wait_for
-from tests.e2e.invariants import Invariants
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS
+from raykueue.kube.rest import Rest
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     WORKLOADS,
     admin,
     controller,
     cq_cpu_reaches,
     describe,
-    gated,
     pods,
     queue,
     raycluster,
-    role,
-    running,
     settled,
     webhooks,
 )
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-
-RAYJOBS = crd("ray.io", "v1", "rayjobs")
-RAYSERVICES = crd("ray.io", "v1", "rayservices")
-JOBS = crd("batch", "v1", "jobs")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kueue_as_shipped(admin: Rest) -> None:  # noqa: F811
-    try:
-        admin.get(MUTATING_WEBHOOK_CONFIGURATIONS.path(name="kueue-mutating-webhook-configuration"))
-    except ApiError as exc:
-        pytest.fail(f"the e2e stack does not run Kueue as shipped (its webhooks are not registered): {exc}")
-
-
-@contextlib.contextmanager
-def watched(admin: Rest, ns: str) -> Iterator[Invariants]:  # noqa: F811
-    with Invariants(admin, ns) as inv:
-        yield inv
-    inv.assert_held()
-
-
-def opted_in_cluster(name: str, workers: int, queue_label: bool = True) -> dict[str, Any]:
-    obj = raycluster(name, workers)
-    if not queue_label:
-        obj["metadata"]["labels"].pop(c.QUEUE_LABEL)
-    return obj
-
-
-def raykueue_runs_it(api: Rest, ns: str, cluster: str, running_workers: int, gated_workers: int,
-                     local_queue: str) -> dict[str, Any]:
-    """One raykueue Workload per pod, head priority above workers, workers only after the head."""
-    s = wait_for(settled(api, ns, cluster, running_workers, gated_workers), timeout=120,
-                 message=describe(api, ns, cluster))
-    head = next(p for p in s["pods"] if role(p) == "head")
-    head_wl = s["owned"][head["metadata"]["uid"]][0]
-    admitted_at = w.condition(head_wl, w.ADMITTED)["lastTransitionTime"]
-    for p in s["pods"]:
-        labels = p["metadata"]["labels"]
-        assert labels[c.QUEUE_LABEL] == local_queue and labels[c.MANAGED_BY_LABEL] == c.MANAGED_BY_VALUE
-        assert c.KUEUE_MANAGED_LABEL not in labels
-        assert c.KUEUE_POD_FINALIZER not in (p["metadata"].get("finalizers") or [])
-        (wl,) = s["owned"][p["metadata"]["uid"]]
-        assert w.is_ours(wl) and w.queue_name(wl) == local_queue
-        refs = wl["metadata"]["ownerReferences"]
-        assert [(ref["kind"], ref["uid"], ref.get("controller")) for ref in refs] == [
-            ("Pod", p["metadata"]["uid"], False)]
-        if role(p) == "worker":
-            assert wl["spec"]["priority"] < head_wl["spec"]["priority"]
-            assert wl["metadata"]["creationTimestamp"] >= admitted_at
-    return s
-
-
-def no_kueue_workload_for(admin: Rest, ns: str, kind: str, name: str) -> None:  # noqa: F811
-    for wl in admin.get(WORKLOADS.path(ns))["items"]:
-        for ref in wl["metadata"].get("ownerReferences") or []:
-            assert (ref["kind"], ref["name"]) != (kind, name), f"Kueue made {wl['metadata']['name']}"
+from testkit.e2e.kueue_shipped import (
+    JOBS,
+    RAYJOBS,
+    RAYSERVICES,
+    _owned_cluster,
+    kueue_as_shipped,  # noqa: F401 - autouse fixtures
+    no_kueue_workload_for,
+    opted_in_cluster,
+    raykueue_runs_it,
+    watched,
+)
+from testkit.pods import gated, running
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 
 def test_a_cluster_opted_in_as_the_readme_says_is_raykueues(admin, controller, queue):  # noqa: F811
@@ -122,16 +72,6 @@ def test_no_queue_in_a_namespace_with_a_default_local_queue(admin, controller, q
 
 def _cluster_spec(workers: int) -> dict[str, Any]:
     return raycluster("x", workers)["spec"]
-
-
-def _owned_cluster(admin: Rest, ns: str, kind: str, owner: str) -> str:  # noqa: F811
-    def find() -> str | None:
-        for rc in admin.get(RAYCLUSTERS.path(ns))["items"]:
-            for ref in rc["metadata"].get("ownerReferences") or []:
-                if (ref["kind"], ref["name"]) == (kind, owner):
-                    return rc["metadata"]["name"]
-        return None
-    return wait_for(find, timeout=60, message=f"KubeRay's RayCluster for {kind} {owner}")
 
 
 def test_a_rayjob_opted_in_runs_its_cluster_pod_by_pod(admin, controller, queue):  # noqa: F811

@@ -1,4 +1,4 @@
-"""The stack runs Kueue as users install it (devstack/kueue_shipped.py).
+"""The stack runs Kueue as users install it (devstack/kueue/shipped.py).
 
 Each test shows one piece of Kueue's shipped behaviour live on the stack: its
 webhooks default a job's queue to the namespace's `default` LocalQueue and
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 import devstack
-from devstack.kueue_shipped import QUEUE_LABEL, shipped_module
+from devstack.kueue.shipped import QUEUE_LABEL, shipped_module
+from testkit.e2e.controller import raycluster
+from testkit.stackfixtures import namespaces
 from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import raycluster
-from tests.stackfixtures import namespaces
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"

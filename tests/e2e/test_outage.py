@@ -17,7 +17,7 @@ fail closed, as an install's do when its Deployment is down. Then:
   the same Workloads). The time to recover is printed (a bench figure, not asserted:
   most of it is KubeRay's retry backoff, which doubles with every failed attempt).
 
-tests/e2e/quota_invariants.py watches the whole scenario.
+testkit/quota_invariants.py watches the whole scenario.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from typing import Any
 
 import pytest
 
-from devstack.webhooks import shipped_webhook_configurations
+from devstack.controlplane.webhooks import shipped_webhook_configurations
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError, Rest
-from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import admin, queue  # noqa: F401 - fixtures
+from testkit.outage import (  # noqa: F401 - fixtures
     Raykueue,
     kueue_workload,
     pods_of,
@@ -45,9 +46,8 @@ from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
     untouched_by_raykueue,
     warning_events,
 )
-from tests.e2e.quota_invariants import RAY, QuotaInvariants, running
-from tests.e2e.test_controller_e2e import admin, queue  # noqa: F401 - fixtures
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.quota_invariants import RAY, QuotaInvariants, running
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 KINDS = (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)
 # The API server's words when a webhook of raykueue's does not answer.

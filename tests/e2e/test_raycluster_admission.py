@@ -11,8 +11,8 @@ import pytest
 from raykueue.core import contract as c
 from testkit.reviews import gates
 from testkit.servers import RaykueueServer
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 
 def raycluster(name: str, workers: int, annotations: dict[str, str]) -> dict[str, Any]:

@@ -27,24 +27,22 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import Rest
-from testkit.pods import running
-from tests.e2e.quota_invariants import QuotaInvariants
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     CQS,
     WORKLOADS,
     admin,
     controller,
     cq_usage,
     describe,
-    gated,
     millicores,
     queue,
-    role,
     settled,
     webhooks,
 )
-from tests.e2e.test_kueue_shipped import JOBS, RAYJOBS, _owned_cluster
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.e2e.kueue_shipped import JOBS, RAYJOBS, _owned_cluster
+from testkit.pods import gated, role, running
+from testkit.quota_invariants import QuotaInvariants
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 CONFIG_MAPS = r.Resource("", "v1", "configmaps")
 IMAGE = "rayproject/ray:2.52.0"

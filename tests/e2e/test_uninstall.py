@@ -3,7 +3,7 @@
 An admin runs it with a kubeconfig, as `raykueue uninstall [--handback] [--yes]`;
 its plan, order and reasons are in raykueue/uninstall/plan.py. Afterwards no pod is
 gated by raykueue, no raykueue Workload is left, no webhook of raykueue's is
-registered, no pod runs outside quota (tests/e2e/quota_invariants.py watches the
+registered, no pod runs outside quota (testkit/quota_invariants.py watches the
 whole scenario), and the opted-in clusters are either Kueue's, admitted whole
 (--handback), or suspended and left so.
 
@@ -15,15 +15,13 @@ that KubeRay would recreate ungated, outside quota, once the webhooks are gone.
 
 from __future__ import annotations
 
-from typing import Any
-
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
-from raykueue.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS
 from raykueue.kube.rest import Rest
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
-from testkit.waiting import holds_for, wait_for
-from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import admin, cq_cpu_reaches, queue  # noqa: F401 - fixtures
+from testkit.e2e.uninstall import alone_on_the_stack, handed_to_kueue, raykueue_webhooks, settled_ours
+from testkit.outage import (  # noqa: F401 - fixtures
     Raykueue,
     clusters_of,
     kueue_workload,
@@ -36,54 +34,10 @@ from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
     runs,
     untouched_by_raykueue,
 )
-from tests.e2e.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue, running
-from tests.e2e.test_controller_e2e import admin, cq_cpu_reaches, queue  # noqa: F401 - fixtures
+from testkit.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue, running
+from testkit.waiting import holds_for
 
 RC, JOB, SVC = c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND
-
-
-def raykueue_webhooks(admin: Rest) -> list[str]:  # noqa: F811
-    return [cfg["metadata"]["name"]
-            for res in (MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS)
-            for cfg in admin.get(res.path())["items"]
-            if any(h["name"].endswith(".raykueue.io") for h in cfg.get("webhooks") or [])]
-
-
-def alone_on_the_stack(admin: Rest, ns: str) -> None:  # noqa: F811
-    """The uninstall acts cluster-wide: wait until no other test's opted-in object is left
-    (those in a namespace being deleted, as the uninstall itself, leave to the namespace
-    controller: a finalizer another test left there may hold them for long)."""
-    def others() -> list[str]:
-        terminating = {n["metadata"]["name"] for n in admin.get("/api/v1/namespaces")["items"]
-                       if (n.get("status") or {}).get("phase") == "Terminating"}
-        found = []
-        for kind, res in RAY.items():
-            for obj in admin.get(res.path())["items"]:
-                meta = obj["metadata"]
-                if meta["namespace"] not in (ns, *terminating) and (meta.get("annotations") or {}).get(
-                        c.STANDALONE_ANNOTATION) == "true":
-                    found.append(f"{kind} {meta['namespace']}/{meta['name']}")
-        return found
-
-    wait_for(lambda: not others(), timeout=120,
-             message=lambda: f"other tests' opted-in objects to go: {others()}")
-
-
-def settled_ours(admin: Rest, ns: str, cluster: str, running_workers: int, gated_workers: int  # noqa: F811
-                 ) -> dict[str, Any] | None:
-    """Head Running, workers as asked, each pod on exactly one raykueue Workload."""
-    pods = pods_of(admin, ns, cluster)
-    wls: dict[str, list[dict[str, Any]]] = {}
-    for wl in raykueue_workloads(admin, ns):
-        wls.setdefault(w.pod_uid_of(wl) or "", []).append(wl)
-    heads = [p for p in pods if p["metadata"]["labels"].get(c.NODE_TYPE_LABEL) == "head"]
-    workers = [p for p in pods if p["metadata"]["labels"].get(c.NODE_TYPE_LABEL) == "worker"]
-    ok = (len(heads) == 1 and running(heads[0])
-          and sum(1 for p in workers if running(p)) == running_workers
-          and sum(1 for p in workers if gated_by_raykueue(p)) == gated_workers
-          and len(workers) == running_workers + gated_workers
-          and all(len(wls.get(p["metadata"]["uid"], [])) == 1 for p in pods))
-    return {"pods": pods, "workloads": wls} if ok else None
 
 
 def describe(admin: Rest, ns: str) -> str:  # noqa: F811
@@ -93,16 +47,6 @@ def describe(admin: Rest, ns: str) -> str:  # noqa: F811
             bool(x["metadata"].get("deletionTimestamp")))
            for x in admin.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads")["items"]]
     return f"pods {pods}; workloads {wls}"
-
-
-def handed_to_kueue(admin: Rest, ns: str, kind: str, name: str, queue: str) -> dict[str, Any]:  # noqa: F811
-    obj = admin.get(RAY[kind].path(ns, name))
-    meta = obj["metadata"]
-    assert meta["labels"][c.QUEUE_LABEL] == queue
-    leftovers = [k for k in {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
-                 if k == c.STANDALONE_ANNOTATION or k.startswith("raykueue.io/")]
-    assert not leftovers, leftovers
-    return obj
 
 
 def test_uninstall_with_handback_leaves_nothing_and_kueue_admits_each_cluster_whole(

@@ -29,7 +29,9 @@ from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV, INJECTED_ANNOTATION
 from testkit.accounts import service_account_token, token_kubeconfig
-from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import CQS, admin, queue  # noqa: F401 - fixtures
+from testkit.e2e.uninstall import alone_on_the_stack, handed_to_kueue, raykueue_webhooks, settled_ours
+from testkit.outage import (  # noqa: F401 - fixtures
     Raykueue,
     kueue_workload,
     ray_object,
@@ -39,9 +41,7 @@ from tests.e2e.outage_kit import (  # noqa: F401 - fixtures
     runs,
     untouched_by_raykueue,
 )
-from tests.e2e.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue
-from tests.e2e.test_controller_e2e import CQS, admin, queue  # noqa: F401 - fixtures
-from tests.e2e.test_uninstall import alone_on_the_stack, handed_to_kueue, raykueue_webhooks, settled_ours
+from testkit.quota_invariants import RAY, QuotaInvariants, gated_by_raykueue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOOK_NAMESPACE = "default"  # the release namespace, as far as the hook's objects go

@@ -17,14 +17,13 @@ import sys
 import time
 from typing import Any
 
-from devstack import node
+from devstack.node import kubelet as node
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.core.clock import timestamp
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     CQS,
     FLAVORS,
     LQS,
@@ -32,8 +31,9 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     admin,
     webhooks,
 )
-from tests.e2e.test_removal_guard import InProcess, QuotaWatch
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.e2e.removal_guard import InProcess, QuotaWatch
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 PRE_STOP_SECONDS = 20
 TOLERATION = {"key": node.NODE_TAINT["key"], "operator": "Equal",

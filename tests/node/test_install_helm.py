@@ -1,7 +1,7 @@
 """As it ships, the second way: `helm install charts/raykueue` in a namespace of the user's
 choosing (not raykueue-system), raykueue's own image on the real node.
 
-tests/node/install.py says how the release namespace keeps the pods on the real
+testkit/node_install.py says how the release namespace keeps the pods on the real
 node (the chart has no tolerations or nodeSelector values).
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 import devstack
-from devstack import node
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from devstack.node import kubelet as node
+from testkit import node_install as inst
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     describe,
@@ -23,9 +23,8 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     raycluster,
     settled,
 )
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-
-from . import install as inst
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 NAMESPACE = "raykueue-helm"
 

@@ -2,7 +2,7 @@
 
 The image is the Dockerfile's, built here (scripts/build-image) and imported into
 the node's containerd; the install is manifests/ with the image set by kustomize
-(tests/node/install.py says what the overlay adds for this stack). The API server
+(testkit/node_install.py says what the overlay adds for this stack). The API server
 calls the webhooks through the `raykueue-webhook` Service (its ClusterIP, which
 kube-proxy on the node sends to a pod), and raykueue reaches the API server with
 its ServiceAccount token at the `kubernetes` Service: nothing of raykueue runs
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 import devstack
-from devstack import node
+from devstack.node import kubelet as node
 from raykueue.core import contract as c
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit import node_install as inst
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     describe,
@@ -34,9 +34,8 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     settled,
     state,
 )
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-
-from . import install as inst
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 # An opted-in Ray worker pod, created with dryRun=All: the API server calls every
 # webhook (sideEffects None) and stores nothing.

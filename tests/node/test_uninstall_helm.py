@@ -1,6 +1,6 @@
 """`helm uninstall` alone leaves nothing gated for good (issue 28, item 6), on the real node.
 
-Installed as tests/node/install.py installs the README's Helm way (raykueue's own
+Installed as testkit/node_install.py installs the README's Helm way (raykueue's own
 image on the real kubelet); an opted-in RayCluster with one worker gated for want
 of quota; then `helm uninstall` and nothing else. Its pre-delete hook (the Job
 `raykueue uninstall --yes --handback`, charts/raykueue/templates/uninstall-hook.yaml)
@@ -18,9 +18,8 @@ import pytest
 
 import devstack
 from raykueue.core import contract as c
-from testkit.waiting import wait_for
-from tests.e2e.quota_invariants import gated_by_raykueue
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit import node_install as inst
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     describe,
@@ -28,9 +27,9 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     raycluster,
     settled,
 )
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
-
-from . import install as inst
+from testkit.quota_invariants import gated_by_raykueue
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.waiting import wait_for
 
 NAMESPACE = "raykueue-helm-out"
 

@@ -19,20 +19,21 @@ from typing import Any
 import pytest
 
 import devstack
-from devstack import dashboard_proxy, pki, ray_driver
-from devstack.ray_procs import RayProcessError
-from devstack.ray_runner import RayClusterRunner, RayTier
-from testkit.raycluster import HEAD_TIMEOUT, RayCluster
-from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from devstack.controlplane import pki
+from devstack.ray import dashboard_proxy
+from devstack.ray import driver as ray_driver
+from devstack.ray.procs import RayProcessError
+from devstack.ray.runner import RayClusterRunner, RayTier
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     RAYCLUSTERS,
     admin,
     controller,
     queue,
     webhooks,
 )
-
-FIGURES: dict[str, Any] = {}
+from testkit.ray.figures import FIGURES
+from testkit.raycluster import HEAD_TIMEOUT, RayCluster
+from testkit.waiting import wait_for
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 from ray.experimental import internal_kv
 
-POD_LABEL = "raykueue.io/pod"  # devstack.ray_node.POD_LABEL; Ray's Python has no devstack
+POD_LABEL = "raykueue.io/pod"  # devstack.ray.node.POD_LABEL; Ray's Python has no devstack
 NAMESPACE = "raykueue-tests"
 
 

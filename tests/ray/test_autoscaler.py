@@ -16,24 +16,16 @@ from raykueue.webhooks.autoscaler_env import (
     ALLOCATE_TIMEOUT_ENV,
     DEFAULT_ALLOCATE_TIMEOUT_SECONDS,
 )
+from testkit.e2e.controller import by_pod, describe, settled
+from testkit.ray.autoscaler import JOIN_TIMEOUT, replicas
+from testkit.ray.figures import FIGURES
 from testkit.raycluster import RayCluster, observed, raycluster
 from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import RAYCLUSTERS, by_pod, describe, settled
 
-from .conftest import FIGURES
-
-# Workers start one at a time (devstack.ray_runner); on an idle machine 4 join
-# in seconds, on a busy 2-core one each start can take a minute and a retry.
-JOIN_TIMEOUT = 300
 # Long enough for an admitted worker to join before the autoscaler gives up on it
 # (slow on a busy machine), short enough to see two cycles within the tier's budget.
 SHORT_ALLOCATE_TIMEOUT_S = 60
 IDLE_SECONDS = 10  # autoscalerOptions.idleTimeoutSeconds of a cluster that should shrink soon
-
-
-def replicas(admin, cluster: RayCluster) -> int:
-    rc = admin.get(RAYCLUSTERS.path(cluster.namespace, cluster.name))
-    return rc["spec"]["workerGroupSpecs"][0].get("replicas", 0)
 
 
 def wait_joined(admin, cluster: RayCluster, running: int, gated: int) -> dict:

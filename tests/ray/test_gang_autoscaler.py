@@ -17,13 +17,13 @@ from typing import Any
 
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
+from testkit.e2e.controller import describe, state
+from testkit.e2e.gang import GangWatch, base_of
+from testkit.pods import role, running
+from testkit.ray.autoscaler import JOIN_TIMEOUT, replicas
+from testkit.ray.figures import FIGURES
 from testkit.raycluster import RayCluster, observed, raycluster
 from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import describe, role, running, state
-from tests.e2e.test_gang import GangWatch, base_of
-
-from .conftest import FIGURES
-from .test_autoscaler import JOIN_TIMEOUT, replicas
 
 BASE_WORKERS = 1
 WORKERS = 2  # what the tasks need: the base's worker and an extra

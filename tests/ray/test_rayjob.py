@@ -17,21 +17,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devstack.ray_procs import RayProcessError
+from devstack.ray.procs import RayProcessError
 from devstack.stack import tail
 from raykueue.controller import workload as w
 from raykueue.kube.resources import PODS
+from testkit.e2e.controller import RAYCLUSTERS, WORKLOADS
+from testkit.e2e.kueue_shipped import RAYJOBS, watched
+from testkit.ray.figures import FIGURES
 from testkit.raycluster import observed, opted_in, raycluster
 from testkit.waiting import wait_for
-from tests.e2e.test_controller_e2e import RAYCLUSTERS, WORKLOADS
-from tests.e2e.test_kueue_shipped import RAYJOBS, watched
-
-from .conftest import FIGURES
 
 ENTRYPOINT = Path(__file__).with_name("rayjob_entrypoint.py")
 TASKS = 2  # workers the entrypoint's tasks hold at once; the quota has room for them
 # Head, then each worker, start one at a time and may be retried on a busy machine
-# (devstack.ray_runner), and the job waits for all of them.
+# (devstack.ray.runner), and the job waits for all of them.
 JOB_TIMEOUT = 420
 TEARDOWN_TIMEOUT = 120
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from devstack.config import default_bin_dir
-from devstack.kueue_shipped import KueueModule, shipped_module
+from devstack.kueue.shipped import KueueModule, shipped_module
 
 Tool = Callable[..., subprocess.CompletedProcess[str]]
 

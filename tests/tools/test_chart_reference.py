@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.tools.test_chart import CHART, OPTIONS, template
+from testkit.tools.chart import CHART, OPTIONS, template
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "chart-reference"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.tools.test_chart import CHART, objects, template
+from testkit.tools.chart import CHART, objects, template
 
 SELECTOR = {"app.kubernetes.io/name": "raykueue", "app.kubernetes.io/component": "webhook"}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.tools.test_chart import OPTIONS, assert_same, kustomize, objects, template
+from testkit.tools.chart import OPTIONS, assert_same, kustomize, objects, template
 
 # chart options -> the Components in the order the docs give (monitoring before
 # cert-manager: cert-manager's Component points an existing ServiceMonitor at its Secret)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.podenv import kubelet_env, settings_from
-from tests.tools.test_chart import ROOT, template
+from testkit.podenv import kubelet_env, settings_from
+from testkit.tools.chart import ROOT, template
 
 NAMESPACE = "ray-ops"
 def by_kind(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -102,7 +102,6 @@ def test_the_webhooks_leave_raykueues_own_namespace_alone(install: str, helm, ku
                     if (e["key"], e["operator"]) == ("kubernetes.io/metadata.name", "NotIn")
                     for v in e["values"]}
         assert NAMESPACE in excluded and "raykueue-system" not in excluded, hook["name"]
-
 
 
 def configmaps_readable(objs: dict[tuple[str, str], dict[str, Any]]) -> set[str]:

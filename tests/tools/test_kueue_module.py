@@ -1,10 +1,10 @@
 """The Kueue module controlplane/go.mod pins, as the stack takes its setup from it.
 
-devstack/kueue_shipped.py reads Kueue's shipped Configuration, webhooks and
+devstack/kueue/shipped.py reads Kueue's shipped Configuration, webhooks and
 APIService from the Go module cache, where controlplane/build.sh downloads the
 module; the tests of what it makes of them are here, in the tier that
 provides the build's output (a missing module fails, never skips). Its rules
-on made-up inputs are unit tests: tests/unit/test_devstack_kueue_shipped.py.
+on made-up inputs are unit tests: tests/unit/stack/test_devstack_kueue_shipped.py.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import yaml
 
-from devstack import kueue_shipped as ks
+from bench.kueue_pods import kueue_pod_webhook_configurations
 from devstack.components import kueue_config
 from devstack.config import StackConfig
-from devstack.kueue_pods import kueue_pod_webhook_configurations
-from devstack.objects import KUEUE_NAMESPACE
+from devstack.controlplane.objects import KUEUE_NAMESPACE
+from devstack.kueue import shipped as ks
 from raykueue.coexist.kueueconfig import parse
 from raykueue.core import contract
 

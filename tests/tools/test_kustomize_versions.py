@@ -14,7 +14,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.kustomizes import OLDEST_KUSTOMIZE, ROOT, documented_dirs, oldest_kustomize
+from testkit.kustomizes import OLDEST_KUSTOMIZE, ROOT, documented_dirs, oldest_kustomize
 
 DIRS = documented_dirs()
 

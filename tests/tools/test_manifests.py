@@ -19,8 +19,8 @@ from devstack.config import default_bin_dir
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
 from raykueue.webhooks.autoscaler_env import ALLOCATE_TIMEOUT_ENV
-from tests.podenv import kubelet_env, settings_from
-from tests.tools.test_versions import wheel_version
+from testkit.podenv import kubelet_env, settings_from
+from testkit.tools.versions import wheel_version
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

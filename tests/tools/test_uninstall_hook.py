@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.tools.test_chart import CHART, NAMESPACE
+from testkit.tools.chart import CHART, NAMESPACE
 
 
 def hooks(helm, *sets: str) -> dict[str, dict[str, Any]]:

@@ -7,18 +7,10 @@ its own file: a release that bumps one and not the others fails here.
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-
 import yaml
 
-from tests.tools.test_chart import CHART, objects, template
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def wheel_version() -> str:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+from testkit.tools.chart import CHART, objects, template
+from testkit.tools.versions import ROOT, wheel_version
 
 
 def test_chart_version_and_app_version_are_the_wheels() -> None:

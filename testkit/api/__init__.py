@@ -1,0 +1,1 @@
+"""Shared by tests/api/ (moved out of its test modules)."""

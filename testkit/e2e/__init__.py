@@ -1,0 +1,1 @@
+"""Shared by tests/e2e/ (moved out of its test modules)."""

@@ -1,0 +1,1 @@
+"""Shared by tests/ray/ (moved out of its test modules)."""

@@ -1,0 +1,1 @@
+"""Shared by tests/tools/ (moved out of its test modules)."""

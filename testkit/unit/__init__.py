@@ -1,0 +1,1 @@
+"""Shared by tests/unit/ (moved out of its test modules)."""
