@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
+from raykueue.controller.gang import base as gb
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
@@ -98,7 +98,7 @@ def waiting_whole(api: Rest, ns: str, name: str) -> bool:
 
 def base_of(api: Rest, ns: str, name: str) -> dict[str, Any] | None:
     for wl in api.get(WORKLOADS.path(ns))["items"]:
-        if gd.is_base(wl) and wl["metadata"]["labels"].get(c.GANG_LABEL) == name:
+        if gb.is_base(wl) and wl["metadata"]["labels"].get(c.GANG_LABEL) == name:
             return wl
     return None
 
@@ -124,7 +124,7 @@ def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue)
         assert b_base is not None and not w.is_quota_reserved(b_base)
         # Nothing of b holds quota: only a's base does.
         assert not [x for x in admin.get(WORKLOADS.path(ns))["items"]
-                    if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == "b" and not gd.is_base(x)]
+                    if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == "b" and not gb.is_base(x)]
 
         with gw._lock:
             gw.held.discard("b")
@@ -219,7 +219,7 @@ def scale(api: Rest, ns: str, name: str, replicas: int, victims: list[str]) -> N
 
 def own_workload_pods(api: Rest, ns: str) -> set[str]:
     return {w.pod_uid_of(x) or "" for x in api.get(WORKLOADS.path(ns))["items"]
-            if w.is_ours(x) and not gd.is_base(x) and not x["metadata"].get("deletionTimestamp")}
+            if w.is_ours(x) and not gb.is_base(x) and not x["metadata"].get("deletionTimestamp")}
 
 
 def test_scale_down_of_base_pods_moves_extras_in_and_quota_follows(admin, controller, queue):  # noqa: F811

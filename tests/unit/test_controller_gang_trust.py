@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from raykueue.controller import actions as a
-from raykueue.controller import gang_base as gb
-from raykueue.controller import gang_decide as gd
 from raykueue.controller.caches import slim_workload
+from raykueue.controller.gang import base as gb
+from raykueue.controller.gang import decide as gd
 from raykueue.core import contract as c
 from tests.unit.test_controller_gang_decide import CTX, GROUP, base_for, cluster, kinds
 
@@ -116,5 +116,5 @@ def test_a_base_under_its_name_with_a_pods_owner_is_no_base() -> None:
     base = base_for(pods, "pending")
     base["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "x",
                                             "uid": "y", "controller": False}]
-    assert base["metadata"]["labels"][c.GANG_LABEL] and not gd.is_base(base)
+    assert base["metadata"]["labels"][c.GANG_LABEL] and not gb.is_base(base)
     assert gb.mismatch(base, pods[0], []) is not None

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from raykueue.controller import gang_decide as gd
+from raykueue.controller.gang import decide as gd
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from tests.e2e.invariants import quantity, uncovered
