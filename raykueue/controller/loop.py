@@ -23,7 +23,7 @@ API writes per pod, for a pod that is admitted, runs and is scaled down:
 4. DELETE the Workload once the pod is being deleted and has stopped (every
    container terminated, or it ended, or it is gone), so the quota is free
    as soon as nothing runs (Kueue drops it on the delete event), and never
-   while a long grace period or a preStop hook keeps it running (issue 28).
+   while a long grace period or a preStop hook keeps it running.
    Marking it Finished instead would be one write more: ours, then the
    collector's delete. A pod that ends but stays (Succeeded, Failed) gets
    Finished=True, which keeps its outcome readable until the pod goes.

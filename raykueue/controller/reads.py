@@ -193,7 +193,7 @@ class Reader:
             base = self.workload(ns, name)
             if base is None and any(not p.is_gated(x) and not p.is_deleting(x) for x in pods):
                 # Pods stand past the gate: a base missing from the cache is no evidence
-                # that there is none (issue 28); the API server says.
+                # that there is none; the API server says.
                 base = self._live_workload(ns, name)
         elif not pods:
             # Its last pod went: the base is found by its label, so that it does not

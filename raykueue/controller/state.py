@@ -1,6 +1,7 @@
 """What the controller keeps between passes, behind one lock.
 
-- Indexes over the caches: a pod's Workloads by owner, a Ray cluster's pods
+- Indexes over the caches: Workloads by the key whose pass handles them
+  (`owner_key`: a pod, a namespace's orphans, a gang), a Ray cluster's pods
   and heads. Fed by the watch events; a restart rebuilds them from the lists.
 - Departed pods: the last state of pods gone from the cache, until the pass
   over their key has used it (it tells a deleted pod from a relabelled one).

@@ -118,7 +118,7 @@ def test_the_head_gone_requeues_the_base_whole() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     base = base_for(pods, "admitted")
     steps, _ = gd.decide_gang(pods[1:], {}, base, CTX)
-    # Issue 28: the base holds its quota while its pods still run (the evictions are only
+    # The base holds its quota while its pods still run (the evictions are only
     # proposals the handler confirms live); it goes once they have stopped.
     assert kinds(steps) == [(pods[1]["metadata"]["name"], "EvictPod"),
                             (pods[2]["metadata"]["name"], "EvictPod"), (None, "Wait")]
@@ -134,7 +134,7 @@ def test_the_head_gone_with_its_raycluster_only_deletes_the_base() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     base = base_for(pods, "admitted")
     gone = dataclasses.replace(CTX, cluster_gone=True)
-    # Issue 28: not while they still run; then at once.
+    # Not while they still run; then at once.
     assert kinds(gd.decide_gang(pods[1:], {}, base, gone)[0]) == [(None, "Wait")]
     steps, _ = gd.decide_gang([stopped(x) for x in copy.deepcopy(pods[1:])], {}, base, gone)
     assert kinds(steps) == [(None, "DeleteWorkload")]
@@ -143,7 +143,7 @@ def test_the_head_gone_with_its_raycluster_only_deletes_the_base() -> None:
 def test_an_evicted_base_is_requeued_whole() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     steps, _ = gd.decide_gang(pods, {}, base_for(pods, "evicted"), CTX)
-    # The base goes once its pods have stopped (issue 28), not in the same pass.
+    # The base goes once its pods have stopped, not in the same pass.
     assert [t for _, t in kinds(steps)] == ["EvictPod"] * 3 + ["Wait"]
     assert [x.head for _, x in steps if isinstance(x, a.EvictPod)] == [True, False, False]
 

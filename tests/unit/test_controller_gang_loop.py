@@ -81,7 +81,7 @@ def test_a_worker_seen_after_its_base_in_the_same_second_queues_on_its_own() -> 
 
 
 def test_a_pod_past_the_gate_with_no_slot_is_reported_on_it_and_its_raycluster_not_killed() -> None:
-    """Issue 28: such a pod used to be deleted. Nothing proves it must go (no Workload of
+    """Such a pod used to be deleted. Nothing proves it must go (no Workload of
     its own that Kueue evicted or left unadmitted): it is kept, and said so once, on the
     pod and on its RayCluster, and counted."""
     world, (ctl, recorder), _ = started_gang()

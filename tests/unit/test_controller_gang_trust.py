@@ -81,7 +81,7 @@ def test_an_admitted_base_edited_under_its_running_pods_takes_them_down() -> Non
     container(edited["spec"]["podSets"][1])["resources"] = {"requests": {"cpu": "1m"}}
     assert "does not request what pod" in (gb.mismatch(edited, pods[0], pods[1:3]) or "")
     steps, _ = gd.decide_gang(pods[:3], {}, edited, CTX)
-    # The removals are proposals: a forged base is no cause the handler accepts (issue 28),
+    # The removals are proposals: a forged base is no cause the handler accepts,
     # so it reports them; and the base keeps the quota while pods run under it.
     assert [t for _, t in kinds(steps)] == ["ReportConflict", "EvictPod", "EvictPod", "EvictPod",
                                            "Wait"]
