@@ -60,7 +60,7 @@ def discover_version(rest: Rest) -> str | None:
     return None
 
 
-# What the controller's decisions read (`decide`, `gang_decide`, `placement`,
+# What the controller's decisions read (`decide`, `gang.decide`, `placement`,
 # `stuck`, the handlers' writes and Events) of each cached kind; the transforms
 # below keep exactly this on arrival. tests/unit/controller/test_trim.py runs
 # the decisions on trimmed and whole objects and expects the same answer.
@@ -68,7 +68,7 @@ def discover_version(rest: Rest) -> str | None:
 # core.rayobjects.slim_raycluster, the admission side's transform too.
 # Of a pod's spec: the gate, and the placement a gate lift adds to.
 # nodeName and each container's state kind: whether a pod being deleted has stopped
-# (decide.release holds its quota until then).
+# (release.release holds its quota until then).
 POD_SPEC_KEPT: Final = ("schedulingGates", "nodeSelector", "tolerations", "nodeName")
 POD_STATUS_KEPT: Final = ("phase", "message")
 POD_CONDITIONS_KEPT: Final = frozenset({"Ready"})

@@ -23,10 +23,7 @@ from raykueue.controller.actions import (
     CONFLICT_KUEUE_WORKLOAD,
     FINISHED_DUPLICATE,
     FINISHED_EVICTED,
-    FINISHED_FAILED,
     FINISHED_OWNER_NOT_FOUND,
-    FINISHED_POD_DELETED,
-    FINISHED_SUCCEEDED,
     OUTSIDE_QUOTA,
     WAIT_FOR_HEAD,
     WARN_FINISHED_WHILE_GATED,
@@ -36,17 +33,17 @@ from raykueue.controller.actions import (
     WARN_UNGATED_NOT_ADMITTED,
     Action,
     CreateWorkload,
-    DeleteWorkload,
     EvictPod,
-    FinishWorkload,
     ReportConflict,
     SetPodsReady,
     Wait,
     Warn,
 )
 from raykueue.controller.current import claims
+from raykueue.controller.gang.member import cluster_decides
+from raykueue.controller.release import finish, release
 from raykueue.core import contract as c
-from raykueue.core.objects import Obj, gate_names, labels, metadata
+from raykueue.core.objects import Obj, gate_names, labels
 from raykueue.core.podrole import kueue_claims, role_of
 from raykueue.core.priority import Missing, workload_priority
 
@@ -113,15 +110,19 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
 
     current = found.current
     for dup in found.duplicates:
-        actions += _finish(dup, FINISHED_DUPLICATE,
-                           f"a second Workload for pod {p.name(pod)}; {p.name(current)} is kept"
-                           if current is not None else "duplicate Workload")
+        actions += finish(dup, FINISHED_DUPLICATE,
+                          f"a second Workload for pod {p.name(pod)}; {p.name(current)} is kept"
+                          if current is not None else "duplicate Workload")
 
     if p.is_deleting(pod) or p.is_terminal(pod):
         if current is not None:
             actions += release(pod, current)
         return actions
 
+    # A gang pod that leans on its cluster's base: that pass decides (gang.member).
+    deferred = cluster_decides(pod, current)
+    if deferred is not None:
+        return actions + deferred
     if current is None:
         return actions + _without_workload(pod, ctx)
     if p.is_deleting(current):
@@ -131,8 +132,8 @@ def decide(pod: Obj | None, workloads: Sequence[Obj], ctx: Context) -> list[Acti
 
 
 def _owner_gone(wl: Obj) -> list[Action]:
-    return _finish(wl, FINISHED_OWNER_NOT_FOUND,
-                   f"pod {_owner_name(wl)} ({w.pod_uid_of(wl)}) no longer exists")
+    return finish(wl, FINISHED_OWNER_NOT_FOUND,
+                  f"pod {_owner_name(wl)} ({w.pod_uid_of(wl)}) no longer exists")
 
 
 def _vanished(wl: Obj, ctx: Context) -> list[Action]:
@@ -175,9 +176,6 @@ def needs_live_pod(workloads: Iterable[Obj], departed: Obj | None) -> bool:
 def _without_workload(pod: Obj, ctx: Context) -> list[Action]:
     if not p.is_gated(pod):
         return _running_without_workload(pod, ctx)
-    if labels(pod).get(c.GANG_LABEL):
-        # Its cluster's pass decides: a slot in the base, or a Workload of its own.
-        return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: decided per cluster")]
     role = role_of(pod) or c.ROLE_WORKER
     if role == c.ROLE_WORKER and ctx.head_first and not ctx.head_admitted:
         return [Wait(f"head of Ray cluster {p.cluster(pod) or '?'} not admitted yet", WAIT_FOR_HEAD)]
@@ -205,10 +203,8 @@ def _running_without_workload(pod: Obj, ctx: Context) -> list[Action]:
     running pod's spec; `needs_live_pod_spec` has the Reader read it live).
     """
     role = role_of(pod)
-    if labels(pod).get(c.GANG_LABEL) or role not in c.MANAGED_ROLES:
-        # A gang's pods count in their cluster's base (its pass decides); a pod
-        # that is not a Ray head or worker was never raykueue's.
-        return []
+    if role not in c.MANAGED_ROLES:
+        return []  # not a Ray head or worker: never raykueue's
     if isinstance(pod, p.SlimPod) and pod.spec_json is None:
         # A sweep over the cache (the stuck report, explain): the loop's pass
         # reads the pod live and makes the Workload.
@@ -236,12 +232,10 @@ def needs_live_pod_spec(pod: Obj | None, workloads: Sequence[Obj]) -> bool:
         return False
     if isinstance(pod, p.SlimPod) and pod.spec_json is not None:
         return False
-    if labels(pod).get(c.GANG_LABEL) or role_of(pod) not in c.MANAGED_ROLES:
-        return False
-    if kueue_claims(pod) is not None:
+    if role_of(pod) not in c.MANAGED_ROLES or kueue_claims(pod) is not None:
         return False
     found = claims(pod, workloads)
-    return found.current is None and not found.foreign
+    return found.current is None and not found.foreign and cluster_decides(pod, None) is None
 
 
 def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
@@ -269,16 +263,11 @@ def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
         head = role_of(pod) == c.ROLE_HEAD
         return [
             EvictPod(name, reason, message, head),
-            *_finish(wl, FINISHED_EVICTED, f"pod {p.name(pod)} deleted after eviction: "
-                                           f"{reason}: {message}"),
+            *finish(wl, FINISHED_EVICTED, f"pod {p.name(pod)} deleted after eviction: "
+                                          f"{reason}: {message}"),
         ]
 
     if not w.is_admitted(wl):
-        if not p.is_gated(pod) and labels(pod).get(c.GANG_LABEL):
-            # A base pod moving out (minReplicas lowered): the base covers it until
-            # this Workload is admitted; its cluster's pass judges (gang_decide).
-            return [Wait(f"gang {labels(pod)[c.GANG_LABEL]}: covered by the base until "
-                         f"Workload {name} is admitted")]
         if not p.is_gated(pod):
             return _outside_quota(pod, wl, ctx)
         return [Wait(_pending_reason(wl))]
@@ -359,46 +348,6 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
 
 
 # --- helpers ------------------------------------------------------------------------
-
-
-def _finish(wl: Obj, reason: str, message: str) -> list[Action]:
-    if w.is_finished(wl) or p.is_deleting(wl):
-        return []
-    return [FinishWorkload(p.name(wl), reason, message)]
-
-
-def release(pod: Obj, wl: Obj, gone: bool = False) -> list[Action]:
-    """Free the quota of a pod that is done, and only once it has stopped.
-
-    A pod being deleted keeps its quota while it still runs: its grace period and
-    a preStop hook may last a day, and KubeRay's replacement takes quota of its
-    own meanwhile (issue 28). Once it has stopped (`removal.has_stopped`: it ended,
-    every container terminated, or it never reached a node) or is gone (`gone`:
-    it left the cache, and its Workload's ownerReference lets the garbage
-    collector take it too), its Workload is deleted (DeleteWorkload). A pod that
-    ended but stays (Succeeded or Failed, not deleted) gets its Workload Finished,
-    which keeps the outcome readable until the pod goes; an already Finished
-    Workload is left to the garbage collector.
-    """
-    if w.is_finished(wl) or p.is_deleting(wl):
-        return []
-    reason, message = end_of_pod(pod)
-    if p.is_deleting(pod) and (gone or removal.has_stopped(pod)):
-        return [DeleteWorkload(p.name(wl), str(metadata(wl).get("uid") or ""), reason, message)]
-    if p.is_deleting(pod):
-        return [Wait(f"pod {p.name(pod)} is being deleted but still runs; its Workload "
-                     f"{p.name(wl)} holds its quota until it stops")]
-    return [FinishWorkload(p.name(wl), reason, message)]
-
-
-def end_of_pod(pod: Obj) -> tuple[str, str]:
-    phase = p.phase(pod)
-    detail = p.status_message(pod)
-    if phase == "Succeeded":
-        return FINISHED_SUCCEEDED, detail or f"pod {p.name(pod)} succeeded"
-    if phase == "Failed":
-        return FINISHED_FAILED, detail or f"pod {p.name(pod)} failed"
-    return FINISHED_POD_DELETED, f"pod {p.name(pod)} was deleted and has stopped; quota released"
 
 
 def _pending_reason(wl: Obj) -> str:

@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raykueue.controller import decide as d
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import kueue_admission as adm
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.current import claims
 from raykueue.controller.facts import Facts, gather
+from raykueue.controller.gang import base as gb
+from raykueue.controller.gang import decide as gd
 from raykueue.controller.live import ApiSource, get, items
 from raykueue.controller.verdict import verdict
 from raykueue.core import contract as c
@@ -61,7 +62,7 @@ def explain(facts: Facts, cluster_queue: Obj | None = None, local_queue: Obj | N
     The Workload shown is the pod's own (`current.claims`), else one of Kueue's
     for it, unless `shown` names another (a gang's base, for a pod in the base);
     `kueue_position` is its entry in Kueue's visibility API; `gang` is the pod's
-    place in its gang (`gang_decide.describe`)."""
+    place in its gang (`gang.decide.describe`)."""
     text = _explain(facts, shown, cluster_queue, local_queue, queue_peers, kueue_position)
     if gang:
         first, rest = text.split("\n", 1)
@@ -219,7 +220,7 @@ def _read(rest: Rest, namespace: str, name: str) -> str | Facts | tuple[Facts, d
     facts = gather(ApiSource(rest, version, workloads), pod, d.Context(version=version))
     found = claims(pod, facts.workloads)
     shown = found.current or next(iter(found.foreign), None)
-    gang = _gang(rest, namespace, pod, workloads, found.current) if gd.is_gang_pod(pod) else None
+    gang = _gang(rest, namespace, pod, workloads, found.current) if gb.is_gang_pod(pod) else None
     if gang is not None and shown is None:
         shown = gang[1]  # a base pod: the base is what Kueue queues for it
 
@@ -241,12 +242,12 @@ def _gang(rest: Rest, namespace: str, pod: Obj, workloads: Sequence[Obj],
     """The pod's place in its gang and what the gang waits for; the base Workload."""
     cluster = str(labels(pod).get(c.GANG_LABEL))
     members = [x for x in items(rest.get(r.PODS.path(namespace), {
-        "labelSelector": f"{c.GANG_LABEL}={cluster}"})) if gd.is_gang_pod(x)]
+        "labelSelector": f"{c.GANG_LABEL}={cluster}"})) if gb.is_gang_pod(x)]
     owned = {p.uid(x): wl for x in members for wl in workloads
              if w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(x) and not p.is_deleting(wl)
              and not w.is_finished(wl)}
     base = next((x for x in workloads
-                 if gd.is_base(x) and labels(x).get(c.GANG_LABEL) == cluster), None)
+                 if gb.is_base(x) and labels(x).get(c.GANG_LABEL) == cluster), None)
     _, plan = gd.decide_gang(members, owned, base, gd.GangContext())
     return gd.describe(pod, plan, own is not None and own is owned.get(p.uid(pod))), base
 

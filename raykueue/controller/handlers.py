@@ -16,15 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raykueue.controller import actions as a
+from raykueue.controller import live, patches, removal
 from raykueue.controller import metrics as m
-from raykueue.controller import patches, removal
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
 from raykueue.controller.caches import RAYCLUSTERS, slim_pod, slim_workload, workload_resource
 from raykueue.controller.config import ControllerConfig
+from raykueue.controller.gang.base import group_of
+from raykueue.controller.keys import GangKey, PodKey, QueueKey, Ref
 from raykueue.controller.retry import Retry
-from raykueue.controller.state import Key, State
+from raykueue.controller.state import State
 from raykueue.core import contract as c
 from raykueue.core.clock import now_time, timestamp
 from raykueue.core.objects import Obj, metadata
@@ -52,6 +54,8 @@ class Env:
     state: State
     recorder: Recorder | None
     clock: Callable[[], float]
+    # The pod cache, asked whether a pod put in a gang's base is still there.
+    cached_pod: Callable[[str, str], Obj | None] = lambda ns, name: None
 
     def write(self, verb: str, resource: str, call: Callable[[], Any]) -> Any:
         m.API_WRITES.labels(verb=verb, resource=resource).inc()
@@ -78,15 +82,21 @@ class Pass:
     updated by each write, so a later action of the pass sees what an earlier
     one applied (a finish after PodsReady carries the PodsReady)."""
 
-    key: Key
+    key: QueueKey
     pod: Obj | None
     workloads: dict[str, Obj]
     # Workloads whose pod a removal kept: a Finished after it is skipped.
     kept: set[str] = field(default_factory=set)
+    # The gang whose pass this step is part of (its pods' steps run under their own keys).
+    gang: GangKey | None = None
 
     def the_pod(self) -> Obj:
         assert self.pod is not None, "decide only acts on a pod that is there"
         return self.pod
+
+    def pod_ref(self) -> Ref:
+        assert isinstance(self.key, PodKey), "a pod is written only in its own key's step"
+        return self.key.ref
 
 
 def create_workload(env: Env, action: a.CreateWorkload, at: Pass) -> None:
@@ -100,20 +110,26 @@ def create_workload(env: Env, action: a.CreateWorkload, at: Pass) -> None:
         if exc.is_already_exists:
             # Our cache lagged (or a previous leader's create landed):
             # the watch brings it, and the next pass adopts it.
-            log.info("%s/%s: Workload %s already exists; adopting it", ns, at.key[1], name)
+            log.info("%s: Workload %s already exists; adopting it", at.key, name)
             return
         raise Retry(f"creating Workload {name}: {exc}") from exc
     m.WORKLOADS_CREATED.labels(role=action.role).inc()
-    log.info("%s/%s: created Workload %s", ns, at.key[1], name)
+    log.info("%s: created Workload %s", at.key, name)
     if isinstance(created, dict):
         env.state.remember("workload", (ns, name), None, slim_workload(created))
         env.state.add_owned(at.key, name)
 
 
 def lift_gate(env: Env, action: a.LiftGate, at: Pass) -> None:
+    _lift_gate(env, action, at)
+    if at.gang is not None:
+        _stands_in_base(env, at, at.gang)  # a gang's pass lifts a gate only into a slot
+
+
+def _lift_gate(env: Env, action: a.LiftGate, at: Pass) -> None:
     pod = at.the_pod()
     ops = patches.lift_gate_ops(pod, action.node_selector, action.tolerations)
-    path = r.PODS.path(at.key[0], at.key[1])
+    path = r.PODS.path(*at.pod_ref())
     try:
         patched = env.write("patch", "pods", lambda: env.rest.json_patch(path, ops))
     except ApiError as exc:
@@ -122,10 +138,9 @@ def lift_gate(env: Env, action: a.LiftGate, at: Pass) -> None:
         # 422 from a failed test op or 409: the pod changed since our read.
         raise Retry(f"lifting the gate: {exc}") from exc
     _observe_lift(env, pod, at.workloads.get(action.workload))
-    log.info("%s/%s: gate lifted (flavors %s)", at.key[0], at.key[1],
-             ", ".join(action.flavors) or "none")
+    log.info("%s: gate lifted (flavors %s)", at.key, ", ".join(action.flavors) or "none")
     if isinstance(patched, dict):
-        env.state.remember("pod", at.key, pod, slim_pod(patched))
+        env.state.remember("pod", at.pod_ref(), pod, slim_pod(patched))
 
 
 def _observe_lift(env: Env, pod: Obj, wl: Obj | None) -> None:
@@ -148,7 +163,7 @@ def _set_condition(env: Env, at: Pass, name: str, update: ws.ConditionUpdate | N
     wl = at.workloads.get(name)
     if wl is None:
         return False
-    ns = str(metadata(wl).get("namespace") or at.key[0])
+    ns = str(metadata(wl).get("namespace") or at.key.namespace)
     body = ws.status_apply_body(wl, [update] if update else [], now_time(), reclaim)
     path = workload_resource(env.version).path(ns, name, "status")
     try:
@@ -173,7 +188,7 @@ def set_pods_ready(env: Env, action: a.SetPodsReady, at: Pass) -> None:
 
 def set_reclaimable(env: Env, action: a.SetReclaimable, at: Pass) -> None:
     if _set_condition(env, at, action.workload, None, action.counts):
-        log.info("%s: gang base %s hands back %s", at.key[0], action.workload,
+        log.info("%s: gang base %s hands back %s", at.key.namespace, action.workload,
                  ", ".join(f"{n} of {k}" for k, n in sorted(action.counts.items())))
 
 
@@ -183,13 +198,35 @@ def finish_workload(env: Env, action: a.FinishWorkload, at: Pass) -> None:
     if _set_condition(env, at, action.workload, ws.ConditionUpdate(
             w.FINISHED, True, action.reason, action.message)):
         m.WORKLOADS_FINISHED.labels(reason=action.reason).inc()
-        log.info("%s/%s: Workload %s finished (%s)", at.key[0], at.key[1], action.workload,
-                 action.reason)
+        log.info("%s: Workload %s finished (%s)", at.key, action.workload, action.reason)
 
 
 def delete_workload(env: Env, action: a.DeleteWorkload, at: Pass) -> None:
+    _delete_workload(env, action, at)
+    if at.gang is not None and action.reason == a.GANG_MOVED_IN:
+        _stands_in_base(env, at, at.gang)  # an extra whose own Workload went fills a slot
+
+
+def _stands_in_base(env: Env, at: Pass, gang: GangKey) -> None:
+    """The pod now stands in its gang's base: the gang's later passes count it in its
+    slot whatever their snapshot says, until the pod is seen to go (`State.pod_event`).
+    Without this, a pass on a pod cache behind our write sees the slot free and fills
+    it twice."""
+    pod = at.pod
+    if pod is None:
+        return
+
+    def still_there() -> bool:
+        cached = env.cached_pod(*p.key(pod))
+        return cached is not None and p.uid(cached) == p.uid(pod)
+
+    env.state.note_gang_released(gang.namespace, gang.cluster, p.uid(pod), group_of(pod),
+                                 still_there)
+
+
+def _delete_workload(env: Env, action: a.DeleteWorkload, at: Pass) -> None:
     wl = at.workloads.get(action.workload)
-    ns = str(metadata(wl).get("namespace") or at.key[0]) if wl is not None else at.key[0]
+    ns = str(metadata(wl).get("namespace") or at.key.namespace) if wl is not None else at.key.namespace
     path = workload_resource(env.version).path(ns, action.workload)
     options = {"apiVersion": "v1", "kind": "DeleteOptions",
                "preconditions": {"uid": action.uid}} if action.uid else None
@@ -213,21 +250,7 @@ def delete_workload(env: Env, action: a.DeleteWorkload, at: Pass) -> None:
         at.workloads[action.workload] = gone
     if deleted:
         m.WORKLOADS_DELETED.labels(reason=action.reason).inc()
-        log.info("%s/%s: deleted Workload %s (%s)", at.key[0], at.key[1], action.workload,
-                 action.reason)
-
-
-
-
-def _live(env: Env, path: str, what: str, query: Mapping[str, str] | None = None) -> Any:
-    """A GET that answers None for 404; any other failure retries the pass (a removal
-    is never made on a read that did not answer)."""
-    try:
-        return env.rest.get(path, query) if query else env.rest.get(path)
-    except ApiError as exc:
-        if exc.is_not_found:
-            return None
-        raise Retry(f"reading {what} live before a removal: {exc}") from exc
+        log.info("%s: deleted Workload %s (%s)", at.key, action.workload, action.reason)
 
 
 def _raycluster_of(pod: Obj, live: Obj | None) -> Obj | None:
@@ -240,17 +263,6 @@ def _raycluster_of(pod: Obj, live: Obj | None) -> Obj | None:
     return {"apiVersion": f"{c.RAY_API_GROUP}/v1", "kind": "RayCluster",
             "metadata": {"name": ref["name"], "uid": ref["uid"],
                          "namespace": metadata(pod).get("namespace")}}
-
-
-def _peers(env: Env, ns: str, cluster: str) -> list[tuple[Obj, Obj | None]]:
-    """The live pods of the cluster, each with its own live Workload (one list each)."""
-    selector = {"labelSelector": f"{c.CLUSTER_LABEL}={cluster}"}
-    pods = _live(env, r.PODS.path(ns), "the cluster's pods", selector) or {}
-    wls = _live(env, workload_resource(env.version).path(ns), "the cluster's Workloads",
-                selector) or {}
-    by_name = {p.name(x): x for x in wls.get("items") or [] if isinstance(x, dict)}
-    return [(x, by_name.get(w.workload_name(x))) for x in pods.get("items") or []
-            if isinstance(x, dict)]
 
 
 def _tell(env: Env, pod: Obj, raycluster: Obj | None, type_: str, reason: str,
@@ -284,24 +296,25 @@ def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
     the Finished that would follow is skipped (the pod keeps running, counted).
     """
     pod = at.the_pod()
-    ns, name = at.key
+    ns, name = at.pod_ref()
     now = env.clock()
     grace = env.config.outside_quota_grace_seconds
-    live_pod = _live(env, r.PODS.path(ns, name), f"pod {name}")
+    live_pod = live.must_get(env.rest, r.PODS.path(ns, name), f"pod {name}")
     own = evidence = raycluster = None
     peers: list[tuple[Obj, Obj | None]] = []
     if isinstance(live_pod, dict) and p.uid(live_pod) == p.uid(pod):
         own_name = w.workload_name(live_pod)
         path = workload_resource(env.version).path
-        own = _live(env, path(ns, own_name), f"Workload {own_name}")
+        own = live.must_get(env.rest, path(ns, own_name), f"Workload {own_name}")
         if action.workload and action.workload != own_name:
-            evidence = _live(env, path(ns, action.workload), f"Workload {action.workload}")
+            evidence = live.must_get(env.rest, path(ns, action.workload), f"Workload {action.workload}")
         ref = removal.raycluster_ref(live_pod)
         if ref is not None:
-            raycluster = _live(env, RAYCLUSTERS.path(ns, ref["name"]), f"RayCluster {ref['name']}")
+            raycluster = live.must_get(env.rest, RAYCLUSTERS.path(ns, ref["name"]),
+                                       f"RayCluster {ref['name']}")
         cluster = p.cluster(live_pod)
         if cluster and removal.outside_quota_left(live_pod, own, now, grace) == 0.0:
-            peers = _peers(env, ns, cluster)
+            peers = live.cluster_peers(env.rest, env.version, ns, cluster)
     verdict = removal.confirm(p.uid(pod), live_pod if isinstance(live_pod, dict) else None,
                               own, evidence, raycluster, peers, now, grace)
     role = role_of(pod) or "unknown"
@@ -328,7 +341,7 @@ def remove_pod(env: Env, action: a.EvictPod, at: Pass) -> None:
 
 def _delete_pod(env: Env, action: a.EvictPod, at: Pass, pod: Obj, verdict: removal.Justification,
                 regarding: Obj | None) -> None:
-    ns, name = at.key
+    ns, name = at.pod_ref()
     by = "Kueue" if verdict.cause == removal.KUEUE_EVICTED else "raykueue"
     # The evidence, logged with every delete: what the live reads showed.
     if action.head:
@@ -364,7 +377,7 @@ def _delete_pod(env: Env, action: a.EvictPod, at: Pass, pod: Obj, verdict: remov
         after["metadata"] = {**metadata(after),
                              "deletionTimestamp": metadata(after).get("deletionTimestamp")
                              or now_time()}
-        env.state.remember("pod", at.key, pod, after)
+        env.state.remember("pod", at.pod_ref(), pod, after)
 
 
 def report_conflict(env: Env, action: a.ReportConflict, at: Pass) -> None:
@@ -376,10 +389,10 @@ def report_conflict(env: Env, action: a.ReportConflict, at: Pass) -> None:
 
 
 def warn(env: Env, action: a.Warn, at: Pass) -> None:
-    log.warning("%s/%s: %s", at.key[0], at.key[1], action.message)
+    log.warning("%s: %s", at.key, action.message)
     if at.pod is not None:
         env.event_once(at.pod, WARNING, action.reason, action.message)
 
 
 def wait(env: Env, action: a.Wait, at: Pass) -> None:
-    log.debug("%s/%s: waiting: %s", at.key[0], at.key[1], action.reason)
+    log.debug("%s: waiting: %s", at.key, action.reason)

@@ -1,4 +1,7 @@
-"""The controller loop: caches in, `Reader` -> `decide` -> `apply` per pod key, writes out.
+"""The controller loop: caches in, `Reader` -> `decide` -> `apply` per key, writes out.
+
+A key (`controller.keys`) names a pod, a namespace's orphaned Workloads, or a gang
+cluster, whose pass is `gang.decide` over the cluster's pods and its base.
 
 Everything it knows lives in the API server: the caches are rebuilt by a
 list on start, Workload names are deterministic, and every rule in `decide`
@@ -20,7 +23,7 @@ API writes per pod, for a pod that is admitted, runs and is scaled down:
 4. DELETE the Workload once the pod is being deleted and has stopped (every
    container terminated, or it ended, or it is gone), so the quota is free
    as soon as nothing runs (Kueue drops it on the delete event), and never
-   while a long grace period or a preStop hook keeps it running (issue 28).
+   while a long grace period or a preStop hook keeps it running.
    Marking it Finished instead would be one write more: ours, then the
    collector's delete. A pod that ends but stays (Succeeded, Failed) gets
    Finished=True, which keeps its outcome readable until the pod goes.
@@ -42,7 +45,6 @@ from collections.abc import Callable, Iterable
 
 from raykueue.controller import actions as a
 from raykueue.controller import decide as d
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import metrics as m
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
@@ -50,10 +52,13 @@ from raykueue.controller.apply import apply
 from raykueue.controller.caches import Cache, CacheFactory, Caches, discover_version
 from raykueue.controller.cluster_status import ClusterStatus
 from raykueue.controller.config import ControllerConfig
+from raykueue.controller.gang import decide as gd
+from raykueue.controller.gang.base import is_gang_pod
 from raykueue.controller.handlers import Env, Pass, Recorder
+from raykueue.controller.keys import GangKey, OrphansKey, PodKey, QueueKey
 from raykueue.controller.reads import Reader
 from raykueue.controller.retry import Retry
-from raykueue.controller.state import Key, State, owner_key
+from raykueue.controller.state import State, owner_key
 from raykueue.controller.stuck import StuckGates
 from raykueue.controller.workqueue import WorkQueue
 from raykueue.core import contract as c
@@ -66,7 +71,7 @@ log = logging.getLogger("raykueue.controller")
 
 
 class Controller:
-    """Caches in, `Reader` -> `decide` -> `apply` per pod key, writes out."""
+    """Caches in, `Reader` -> `decide` -> `apply` per key, writes out."""
 
     def __init__(self, rest: Rest, config: ControllerConfig | None = None,
                  recorder: Recorder | None = None, *,
@@ -78,8 +83,8 @@ class Controller:
         self._cache_factory = cache_factory
         self._clock = clock
         self.version = self.config.workload_version or w.V1BETA2
-        self.queue: WorkQueue[Key] = WorkQueue(base_delay=self.config.retry_base_seconds,
-                                               max_delay=self.config.retry_max_seconds)
+        self.queue: WorkQueue[QueueKey] = WorkQueue(
+            base_delay=self.config.retry_base_seconds, max_delay=self.config.retry_max_seconds)
         self.state = State()
         self.caches: Caches | None = None
         self._reader: Reader | None = None
@@ -119,7 +124,7 @@ class Controller:
             workers.append(StuckGates(
                 self.caches.pods.list, self._reader.sweep,
                 grace_seconds=self.config.stuck_grace_seconds,
-                record=self._env.event_once, requeue=lambda pod: self.queue.add(p.key(pod)),
+                record=self._env.event_once, requeue=lambda pod: self.queue.add(PodKey(*p.key(pod))),
                 clock=self._clock).start(stop, self.config.stuck_interval_seconds))
             workers.append(self._status.start(stop))
             for i in range(self.config.workers):
@@ -159,7 +164,8 @@ class Controller:
         caches.workloads.add_handler(self._status.on_workload)
         self.caches = caches
         self._reader = Reader(self.rest, caches, self.state, self.config, version, self._clock)
-        self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock)
+        self._env = Env(self.rest, self.config, version, self.state, self.recorder, self._clock,
+                        caches.pods.get)
         caches.start()
         if not caches.wait_synced(stop, self.config.cache_sync_timeout_seconds):
             return False
@@ -176,12 +182,12 @@ class Controller:
 
     def _on_pod(self, event: str, pod: Obj) -> None:
         self.state.pod_event(event, pod)
-        key = p.key(pod)
+        key = PodKey(*p.key(pod))
         self.queue.add(key)
         self._enqueue_gang(pod)
         cluster = p.cluster(pod)
         if cluster and role_of(pod) == c.ROLE_HEAD:
-            self._enqueue_waiting_workers(key[0], cluster)
+            self._enqueue_waiting_workers(key.namespace, cluster)
 
     def _on_workload(self, event: str, wl: Obj) -> None:
         key = owner_key(wl)
@@ -191,11 +197,12 @@ class Controller:
         self.state.workload_event(event, wl, key, self._clock() if self.synced else None)
         self.queue.add(key)
         cluster = labels(wl).get(c.CLUSTER_LABEL)
-        owner = self.caches.pods.get(*key) if self.caches is not None else None
+        owner = (self.caches.pods.get(*key.ref)
+                 if isinstance(key, PodKey) and self.caches is not None else None)
         if owner is not None:
             self._enqueue_gang(owner)  # an extra's Workload came or went
         if cluster and labels(wl).get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD:
-            self._enqueue_waiting_workers(key[0], cluster)
+            self._enqueue_waiting_workers(key.namespace, cluster)
 
     def _on_head(self, event: str, pod: Obj) -> None:
         # Any head, ours or not: starting, passing its gates or going may change
@@ -210,30 +217,30 @@ class Controller:
             return
         for pod in self.caches.pods.list():
             if p.is_gated(pod):
-                self.queue.add(p.key(pod))
+                self.queue.add(PodKey(*p.key(pod)))
 
     def _on_raycluster(self, event: str, obj: Obj) -> None:
         # A gang's base follows its worker groups' minReplicas (docs/GANG.md).
         ns, name = p.key(obj)
         pods = self.caches.pods if self.caches is not None else None
         if pods is not None and any(
-                x is not None and gd.is_gang_pod(x)
+                x is not None and is_gang_pod(x)
                 for x in (pods.get(ns, member) for member in self.state.members(ns, name))):
-            self.queue.add((ns, gd.key_name(name)))
+            self.queue.add(GangKey(ns, name))
 
     def _enqueue_gang(self, pod: Obj) -> None:
         gang = labels(pod).get(c.GANG_LABEL)
         if gang:
-            self.queue.add((p.key(pod)[0], gd.key_name(gang)))
+            self.queue.add(GangKey(p.key(pod)[0], gang))
 
     def _enqueue_waiting_workers(self, ns: str, cluster: str) -> None:
         for name in self.state.waiting_members(ns, cluster):
-            self.queue.add((ns, name))
+            self.queue.add(PodKey(ns, name))
 
     def _enqueue_all(self) -> None:
         assert self.caches is not None
         for pod in self.caches.pods.list():
-            self.queue.add(p.key(pod))
+            self.queue.add(PodKey(*p.key(pod)))
             self._enqueue_gang(pod)
         for wl in self.caches.workloads.list():
             key = owner_key(wl)
@@ -248,18 +255,18 @@ class Controller:
             if key is not None:
                 self.process(key)
 
-    def process(self, key: Key) -> bool:
+    def process(self, key: QueueKey) -> bool:
         """Reconcile a key taken from the queue; False if it was requeued."""
         try:
             self.reconcile(key)
         except Retry as exc:
             delay = self.queue.retry(key)
-            log.info("%s/%s: %s; retrying in %.2fs", key[0], key[1], exc, delay)
+            log.info("%s: %s; retrying in %.2fs", key, exc, delay)
             return False
         except Exception:
             m.RECONCILE_ERRORS.inc()
             delay = self.queue.retry(key)
-            log.exception("%s/%s: reconcile failed; retrying in %.2fs", key[0], key[1], delay)
+            log.exception("%s: reconcile failed; retrying in %.2fs", key, delay)
             return False
         else:
             self.queue.forget(key)
@@ -267,12 +274,11 @@ class Controller:
         finally:
             self.queue.done(key)
 
-    def reconcile(self, key: Key) -> list[a.Action]:
-        """One pass for one pod key: read, decide, apply; returns the actions."""
+    def reconcile(self, key: QueueKey) -> list[a.Action]:
+        """One pass for one key: read, decide, apply; returns the actions."""
         assert self._reader is not None and self._env is not None, "start() first"
-        cluster = gd.cluster_of_key(key[1])
-        if cluster is not None:
-            return self.reconcile_gang(key[0], cluster)
+        if isinstance(key, GangKey):
+            return self.reconcile_gang(key)
         facts = self._reader.read(key)
         actions = d.decide(facts.pod, facts.workloads, facts.ctx)
         self._track_conflicts(key, actions)
@@ -282,42 +288,29 @@ class Controller:
             if isinstance(action, a.Wait) and action.after is not None:
                 # A grace runs out with no event to say so: look again then.
                 self.queue.add_after(key, action.after + 0.5)
-        if facts.pod is None:
-            self.state.forget_pod(key, facts.ctx.departed)
+        if isinstance(key, PodKey) and facts.pod is None:
+            self.state.forget_pod(key.ref, facts.ctx.departed)
         return actions
 
-    def reconcile_gang(self, ns: str, cluster: str) -> list[a.Action]:
-        """One pass for one gang cluster: each step applies as its pod's (or the base's) pass."""
+    def reconcile_gang(self, key: GangKey) -> list[a.Action]:
+        """One pass for one gang cluster: each step applies as its pod's (or the base's) pass.
+
+        A pod's step runs under the pod's key, marked as the gang's (`Pass.gang`): the
+        handlers note a pod it lifts or moves into the base as standing in its slot."""
         assert self._reader is not None and self._env is not None, "start() first"
-        facts = self._reader.gang(ns, cluster)
+        facts = self._reader.gang(key)
         steps, _ = gd.decide_gang(facts.pods, facts.own, facts.base, facts.ctx)
         by_name = {p.name(x): x for x in facts.pods}
         workloads = {p.name(x): x for x in [*facts.own.values(), facts.base] if x is not None}
-        key = (ns, gd.key_name(cluster))
         for pod_name, action in steps:
-            pod = by_name.get(pod_name) if pod_name else None
-            apply(self._env, action, Pass((ns, pod_name), pod, workloads) if pod_name
-                  else Pass(key, None, workloads))
-            if pod is not None and (isinstance(action, a.LiftGate) or (
-                    isinstance(action, a.DeleteWorkload) and action.reason == a.GANG_MOVED_IN)):
-                self._note_released(ns, cluster, pod)
+            at = (Pass(PodKey(key.namespace, pod_name), by_name.get(pod_name), workloads, gang=key)
+                  if pod_name else Pass(key, None, workloads, gang=key))
+            apply(self._env, action, at)
         return [x for _, x in steps]
 
-    def _note_released(self, ns: str, cluster: str, pod: Obj) -> None:
-        """The pod now stands in the base: later passes count it there whatever their
-        snapshot says, until the pod is seen to go (`State.pod_event`)."""
-        assert self.caches is not None
-        pods = self.caches.pods
-
-        def still_there() -> bool:
-            cached = pods.get(*p.key(pod))
-            return cached is not None and p.uid(cached) == p.uid(pod)
-
-        self.state.note_gang_released(ns, cluster, p.uid(pod), gd.group_of(pod), still_there)
-
-    def _track_conflicts(self, key: Key, actions: Iterable[a.Action]) -> None:
+    def _track_conflicts(self, key: PodKey | OrphansKey, actions: Iterable[a.Action]) -> None:
         conflict = next((x for x in actions if isinstance(x, a.ReportConflict)), None)
-        name = f"{key[0]}/{key[1]}"
+        name = str(key)
         if conflict is None:
             self.state.clear_conflict(name)
             return

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from raykueue.controller import decide as d
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
 from raykueue.controller import removal
 from raykueue.controller import workload as w
@@ -30,8 +29,11 @@ from raykueue.controller.caches import (
 from raykueue.controller.config import ControllerConfig
 from raykueue.controller.current import current_workload, names_pod
 from raykueue.controller.facts import Facts, gather
+from raykueue.controller.gang import base as gb
+from raykueue.controller.gang.decide import GangContext
+from raykueue.controller.keys import GangKey, OrphansKey, PodKey, Ref
 from raykueue.controller.retry import Retry
-from raykueue.controller.state import ORPHANS, Key, State
+from raykueue.controller.state import State
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.podrole import role_of
@@ -47,7 +49,7 @@ class GangFacts:
     pods: list[Obj]
     own: dict[str, Obj]  # pod uid -> its own (extra) Workload
     base: Obj | None
-    ctx: gd.GangContext
+    ctx: GangContext
 
 
 class Reader:
@@ -63,15 +65,17 @@ class Reader:
                                    pods_ready=config.pods_ready,
                                    outside_quota_grace=config.outside_quota_grace_seconds)
 
-    def read(self, key: Key) -> Facts:
-        pod = self.pod(key)
+    def read(self, key: PodKey | OrphansKey) -> Facts:
+        if isinstance(key, OrphansKey):
+            return Facts(None, self.orphans(key.namespace), self._settings)
+        pod = self.pod(key.ref)
         if pod is not None:
             return self.facts(pod)
         workloads = self.workloads_named_for(key, None)
-        departed = self.state.departed(key)
+        departed = self.state.departed(key.ref)
         live_uid: str | None = None
-        if key[1] != ORPHANS and d.needs_live_pod(workloads, departed):
-            live_uid = self._live_pod_uid(key)
+        if d.needs_live_pod(workloads, departed):
+            live_uid = self._live_pod_uid(key.ref)
         return Facts(None, workloads, replace(self._settings, departed=departed,
                                               live_pod_uid=live_uid))
 
@@ -116,7 +120,7 @@ class Reader:
     # --- facts.Source ---------------------------------------------------------------
 
     def workloads_of(self, pod: Obj) -> list[Obj]:
-        return self.workloads_named_for(p.key(pod), pod)
+        return self.workloads_named_for(PodKey(*p.key(pod)), pod)
 
     def heads(self, namespace: str, cluster: str) -> list[Obj]:
         ours = self.state.heads(namespace, cluster)
@@ -136,53 +140,55 @@ class Reader:
 
     # --- the caches through the overlay -------------------------------------------------
 
-    def pod(self, key: Key) -> Obj | None:
+    def pod(self, key: Ref) -> Obj | None:
         return self.state.read("pod", key, self.caches.pods.get(key[0], key[1]))
 
     def workload(self, ns: str, name: str) -> Obj | None:
         return self.state.read("workload", (ns, name), self.caches.workloads.get(ns, name))
 
-    def workloads_named_for(self, key: Key, pod: Obj | None) -> list[Obj]:
-        ns, pod_name = key
+    def workloads_named_for(self, key: PodKey, pod: Obj | None) -> list[Obj]:
         names = self.state.workload_names(key)
         if pod is not None:
             names.add(w.workload_name(pod))
-        live_uids: set[str] = set()
-        if pod_name == ORPHANS:
-            live_uids = {p.uid(x) for x in self.caches.pods.list(ns)}
         found: list[Obj] = []
         for name in sorted(names):
-            wl = self.workload(ns, name)
+            wl = self.workload(key.namespace, name)
             if wl is None:
                 continue
             owner = w.owner_pod(wl)
             if pod is not None:
-                keep = names_pod(wl, pod_name, p.uid(pod))
-            elif owner is not None:
-                keep = owner[0] == pod_name
+                keep = names_pod(wl, key.name, p.uid(pod))
             else:
-                # The ORPHANS pass: ours, no owner reference, for no pod in the cache.
-                keep = (pod_name == ORPHANS and w.is_ours(wl) and not labels(wl).get(c.GANG_LABEL)
-                        and w.pod_uid_of(wl) not in live_uids)
+                keep = owner is not None and owner[0] == key.name
             if keep:
                 found.append(wl)
         return found
 
-    def gang(self, ns: str, cluster: str) -> GangFacts:
+    def orphans(self, ns: str) -> list[Obj]:
+        """Ours, no owner reference, for no pod in the cache (a gang's base is its cluster's)."""
+        live_uids = {p.uid(x) for x in self.caches.pods.list(ns)}
+        found = (self.workload(ns, name)
+                 for name in sorted(self.state.workload_names(OrphansKey(ns))))
+        return [wl for wl in found if wl is not None and w.owner_pod(wl) is None
+                and w.is_ours(wl) and not labels(wl).get(c.GANG_LABEL)
+                and w.pod_uid_of(wl) not in live_uids]
+
+    def gang(self, key: GangKey) -> GangFacts:
         """A gang cluster's pods, their own Workloads, its base and the context."""
+        ns, cluster = key.namespace, key.cluster
         pods = [x for x in (self.pod((ns, name)) for name in self.state.members(ns, cluster))
-                if x is not None and gd.is_gang_pod(x)]
+                if x is not None and gb.is_gang_pod(x)]
         own: dict[str, Obj] = {}
         for pod in pods:
             wl = self.workload(ns, w.workload_name(pod))
-            # A finished one too: its pod is on its way out, no base pod (gang_decide).
+            # A finished one too: its pod is on its way out, no base pod (gang.decide).
             if (wl is not None and w.is_ours(wl) and w.pod_uid_of(wl) == p.uid(pod)
                     and not p.is_deleting(wl)):
                 own[p.uid(pod)] = wl
         base: Obj | None = None
-        ref = next((r for r in map(gd.raycluster_ref, pods) if r is not None), None)
+        ref = next((r for r in map(gb.raycluster_ref, pods) if r is not None), None)
         if ref is not None:
-            name = gd.base_name(cluster, str(ref["uid"]))
+            name = gb.base_name(cluster, str(ref["uid"]))
             base = self.workload(ns, name)
             if base is None and any(not p.is_gated(x) and not p.is_deleting(x) for x in pods):
                 # Pods stand past the gate: a base missing from the cache is no evidence
@@ -190,8 +196,8 @@ class Reader:
                 base = self._live_workload(ns, name)
         elif not pods:
             # Its last pod went: the base is found by its label, so that it does not
-            # outlive its pods holding quota (gang_decide deletes it once none stands).
-            found = [x for x in self.caches.workloads.list(ns) if gd.is_base(x)
+            # outlive its pods holding quota (gang.decide deletes it once none stands).
+            found = [x for x in self.caches.workloads.list(ns) if gb.is_base(x)
                      and w.is_ours(x) and labels(x).get(c.GANG_LABEL) == cluster]
             if len(found) == 1:
                 base = self.workload(ns, p.name(found[0]))
@@ -204,7 +210,7 @@ class Reader:
         raycluster = self.caches.rayclusters.get(ns, str(ref.get("name"))) if ref else None
         if raycluster is not None and metadata(raycluster).get("uid") != ref.get("uid"):
             raycluster = None
-        return GangFacts(pods, own, base, gd.GangContext(
+        return GangFacts(pods, own, base, GangContext(
             version=self.version, pods_ready=self.config.pods_ready, flavors=self._flavors(),
             priority_values=self._priority_values(), cluster_gone=gone,
             min_replicas=group_minimums(raycluster) if raycluster is not None else None,
@@ -231,7 +237,7 @@ class Reader:
             raise Retry(f"reading Workload {ns}/{name}: {exc}") from exc
         return slim_workload(found) if isinstance(found, dict) else None
 
-    def _live_pod_uid(self, key: Key) -> str | None:
+    def _live_pod_uid(self, key: Ref) -> str | None:
         try:
             live = self.rest.get(r.PODS.path(key[0], key[1]))
         except ApiError as exc:

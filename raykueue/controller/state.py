@@ -1,6 +1,7 @@
 """What the controller keeps between passes, behind one lock.
 
-- Indexes over the caches: a pod's Workloads by owner, a Ray cluster's pods
+- Indexes over the caches: Workloads by the key whose pass handles them
+  (`owner_key`: a pod, a namespace's orphans, a gang), a Ray cluster's pods
   and heads. Fed by the watch events; a restart rebuilds them from the lists.
 - Departed pods: the last state of pods gone from the cache, until the pass
   over their key has used it (it tells a deleted pod from a relabelled one).
@@ -19,38 +20,35 @@ every fact; this only saves reads and repeated writes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Hashable
+from typing import Literal, TypeVar
 
-from raykueue.controller import gang as g
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller.keys import GangKey, OrphansKey, PodKey, QueueKey, Ref
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.podrole import role_of
 from raykueue.kube.cache import DELETED
 
-Key = tuple[str, str]  # (namespace, pod name)
 Kind = Literal["pod", "workload"]
-# The pod name under which Workloads of ours that lost their owner reference
-# (a pod deleted with propagationPolicy=Orphan) are reconciled: nothing else
-# would ever finish them, and they would hold quota for good.
-ORPHANS = ""
+_K = TypeVar("_K", bound=Hashable)
 
 
-def owner_key(wl: Obj) -> Key | None:
+def owner_key(wl: Obj) -> QueueKey | None:
     """The key whose pass handles this Workload; None if it is not ours to handle."""
+    ns = str(metadata(wl).get("namespace") or "")
     owner = w.owner_pod(wl)
-    gang = labels(wl).get(c.GANG_LABEL)
-    if owner is None and gang and w.is_ours(wl):
-        # A gang's base: owned by the RayCluster, handled by the cluster's pass.
-        return str(metadata(wl).get("namespace") or ""), g.KEY_PREFIX + gang
-    if owner is None and not w.is_ours(wl):
+    if owner is not None:
+        return PodKey(ns, owner[0])
+    if not w.is_ours(wl):
         return None
-    return str(metadata(wl).get("namespace") or ""), owner[0] if owner is not None else ORPHANS
+    gang = labels(wl).get(c.GANG_LABEL)
+    # A gang's base is owned by the RayCluster and handled by the cluster's pass.
+    return GangKey(ns, gang) if gang else OrphansKey(ns)
 
 
-def _index(index: dict[Key, set[str]], key: Key, name: str, present: bool) -> None:
+def _index(index: dict[_K, set[str]], key: _K, name: str, present: bool) -> None:
     if present:
         index.setdefault(key, set()).add(name)
         return
@@ -85,15 +83,15 @@ def _supersedes(seen: Obj, pre_rv: str | None, after: Obj) -> bool:
 class State:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._wl_by_owner: dict[Key, set[str]] = {}
-        self._cluster_pods: dict[Key, set[str]] = {}  # (ns, cluster) -> pod names
-        self._cluster_heads: dict[Key, set[str]] = {}  # (ns, cluster) -> head pod names
+        self._wl_by_owner: dict[QueueKey, set[str]] = {}
+        self._cluster_pods: dict[Ref, set[str]] = {}  # (ns, cluster) -> pod names
+        self._cluster_heads: dict[Ref, set[str]] = {}  # (ns, cluster) -> head pod names
         self._admitted_seen: dict[str, float] = {}  # Workload uid -> when we saw Admitted
-        self._departed: dict[Key, Obj] = {}
+        self._departed: dict[Ref, Obj] = {}
         # (kind, ns, name) -> (resourceVersion our write replaced, what it returned)
         self._written: dict[tuple[Kind, str, str], tuple[str | None, Obj]] = {}
         self._reported: dict[str, set[tuple[str, str]]] = {}  # pod uid -> events sent
-        self._gang_released: dict[Key, dict[str, str]] = {}  # (ns, gang) -> pod uid -> group
+        self._gang_released: dict[Ref, dict[str, str]] = {}  # (ns, gang) -> pod uid -> group
         self._conflicts: dict[str, tuple[str, str]] = {}  # "ns/pod" -> (kind, message)
 
     # --- fed by the watches -------------------------------------------------------
@@ -120,33 +118,34 @@ class State:
             else:
                 self._departed[key] = pod
 
-    def workload_event(self, event: str, wl: Obj, key: Key, now: float | None) -> None:
+    def workload_event(self, event: str, wl: Obj, key: QueueKey, now: float | None) -> None:
         """`now` is None for the initial list: for Workloads admitted before we
         looked, the condition's own time is the better (if coarser) answer."""
         meta = metadata(wl)
         name = str(meta.get("name") or "")
         uid = str(meta.get("uid") or "")
         with self._lock:
-            self._drop_written("workload", (key[0], name), wl)
+            self._drop_written("workload", (key.namespace, name), wl)
             _index(self._wl_by_owner, key, name, event != DELETED)
             if event == DELETED:
                 self._admitted_seen.pop(uid, None)
             elif now is not None and w.is_admitted(wl) and uid not in self._admitted_seen:
                 self._admitted_seen[uid] = now
 
-    def add_owned(self, key: Key, name: str) -> None:
+    def add_owned(self, key: QueueKey, name: str) -> None:
         """A Workload we just created, before its watch event arrives."""
         with self._lock:
             self._wl_by_owner.setdefault(key, set()).add(name)
 
     # --- indexes ------------------------------------------------------------------
 
-    def workload_names(self, key: Key) -> set[str]:
-        """Names of Workloads owned by the pod name in `key`, plus every one we
-        wrote in its namespace that the watch has not delivered yet."""
+    def workload_names(self, key: QueueKey) -> set[str]:
+        """Names of Workloads whose pass is `key`, plus every one we wrote in its
+        namespace that the watch has not delivered yet."""
         with self._lock:
             names = set(self._wl_by_owner.get(key, ()))
-            names |= {k[2] for k in self._written if k[0] == "workload" and k[1] == key[0]}
+            names |= {k[2] for k in self._written
+                      if k[0] == "workload" and k[1] == key.namespace}
         return names
 
     def heads(self, ns: str, cluster: str) -> list[str]:
@@ -161,7 +160,7 @@ class State:
         """Pods of the cluster that have no Workload yet."""
         with self._lock:
             members = list(self._cluster_pods.get((ns, cluster), ()))
-            return [name for name in members if not self._wl_by_owner.get((ns, name))]
+            return [name for name in members if not self._wl_by_owner.get(PodKey(ns, name))]
 
     def note_gang_released(self, ns: str, gang: str, uid: str, group: str,
                            still_there: Callable[[], bool]) -> None:
@@ -186,11 +185,11 @@ class State:
 
     # --- departed pods ------------------------------------------------------------
 
-    def departed(self, key: Key) -> Obj | None:
+    def departed(self, key: Ref) -> Obj | None:
         with self._lock:
             return self._departed.get(key)
 
-    def forget_pod(self, key: Key, departed: Obj | None) -> None:
+    def forget_pod(self, key: Ref, departed: Obj | None) -> None:
         """After a pass over a pod that is gone: nothing of it is needed any more."""
         with self._lock:
             self._departed.pop(key, None)
@@ -200,19 +199,19 @@ class State:
 
     # --- the read-your-writes overlay ---------------------------------------------
 
-    def _drop_written(self, kind: Kind, key: Key, obj: Obj, gone: bool = False) -> None:
+    def _drop_written(self, kind: Kind, key: Ref, obj: Obj, gone: bool = False) -> None:
         entry = self._written.get((kind, *key))
         if entry is not None and (gone or _supersedes(obj, *entry)):
             del self._written[(kind, *key)]
 
-    def remember(self, kind: Kind, key: Key, before: Obj | None, after: Obj) -> None:
+    def remember(self, kind: Kind, key: Ref, before: Obj | None, after: Obj) -> None:
         """Until the watch delivers our write, reads return its result: a pass
         triggered meanwhile must not repeat the write."""
         pre_rv = metadata(before).get("resourceVersion") if before is not None else None
         with self._lock:
             self._written[(kind, *key)] = (pre_rv, after)
 
-    def read(self, kind: Kind, key: Key, cached: Obj | None) -> Obj | None:
+    def read(self, kind: Kind, key: Ref, cached: Obj | None) -> Obj | None:
         """The cached object, or our write's result while the cache is older than it."""
         with self._lock:
             entry = self._written.get((kind, *key))

@@ -249,7 +249,7 @@ SETS_PREFIX: Final = "sets:"
 
 def pod_sets_fingerprint(wl: Obj) -> str:
     """`main`x1 and its template's sizing; for any other podSets shape, each podSet's
-    sizing by name (`gang_base.pod_set_sizings`), which no pod's sizing equals."""
+    sizing by name (`gang.base.pod_set_sizings`), which no pod's sizing equals."""
     if isinstance(wl, SlimWorkload):
         return wl.pod_sets
     pod_sets = spec(wl).get("podSets")

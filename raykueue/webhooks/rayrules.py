@@ -125,7 +125,7 @@ def submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
             "pod. SidecarMode is not allowed with clusterSelector), or replace spec.clusterSelector "
             "with a spec.rayClusterSpec of its own, whose head reserves the submitter's quota")
     if now is not None and annotations(obj).get(c.GANG_ANNOTATION) == "true":
-        # A gang's base Workload is built per worker group (gang_base.py) and has no
+        # A gang's base Workload is built per worker group (controller/gang/base.py) and has no
         # submitter podSet yet: the submitter would run on quota nobody holds.
         return Refused(
             f"{what} asks for gang start ({c.GANG_ANNOTATION}: \"true\") and submits its job in "

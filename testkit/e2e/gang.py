@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
+from raykueue.controller.gang import base as gb
 from raykueue.core import contract as c
 from raykueue.kube.rest import Rest
 from testkit.e2e.controller import (
@@ -66,11 +66,11 @@ def started(api: Rest, ns: str, name: str) -> list[dict[str, Any]]:
 
 def base_of(api: Rest, ns: str, name: str) -> dict[str, Any] | None:
     for wl in api.get(WORKLOADS.path(ns))["items"]:
-        if gd.is_base(wl) and wl["metadata"]["labels"].get(c.GANG_LABEL) == name:
+        if gb.is_base(wl) and wl["metadata"]["labels"].get(c.GANG_LABEL) == name:
             return wl
     return None
 
 
 def own_workload_pods(api: Rest, ns: str) -> set[str]:
     return {w.pod_uid_of(x) or "" for x in api.get(WORKLOADS.path(ns))["items"]
-            if w.is_ours(x) and not gd.is_base(x) and not x["metadata"].get("deletionTimestamp")}
+            if w.is_ours(x) and not gb.is_base(x) and not x["metadata"].get("deletionTimestamp")}

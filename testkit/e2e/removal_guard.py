@@ -12,6 +12,7 @@ from raykueue.controller import actions as a
 from raykueue.controller import removal
 from raykueue.controller import workload as w
 from raykueue.controller.config import ControllerConfig
+from raykueue.controller.keys import QueueKey
 from raykueue.controller.loop import Controller
 from raykueue.core import contract as c
 from raykueue.kube.cache import WatchCache
@@ -48,16 +49,16 @@ class Watched(Controller):
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.passes: list[tuple[tuple[str, str], list[a.Action], float]] = []
+        self.passes: list[tuple[QueueKey, list[a.Action], float]] = []
         self._lock = threading.Lock()
 
-    def reconcile(self, key: tuple[str, str]) -> list[a.Action]:
+    def reconcile(self, key: QueueKey) -> list[a.Action]:
         actions = super().reconcile(key)
         with self._lock:
             self.passes.append((key, actions, time.time()))
         return actions
 
-    def since(self, moment: float) -> list[tuple[tuple[str, str], list[a.Action], float]]:
+    def since(self, moment: float) -> list[tuple[QueueKey, list[a.Action], float]]:
         with self._lock:
             return [x for x in self.passes if x[2] >= moment]
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from raykueue.controller import actions as a
-from raykueue.controller import gang_decide as gd
+from raykueue.controller.gang import decide as gd
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 

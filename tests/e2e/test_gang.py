@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any
 
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
+from raykueue.controller.gang import base as gb
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
@@ -84,7 +84,7 @@ def test_two_gangs_in_room_for_one_start_one_at_a_time(admin, controller, queue)
         assert b_base is not None and not w.is_quota_reserved(b_base)
         # Nothing of b holds quota: only a's base does.
         assert not [x for x in admin.get(WORKLOADS.path(ns))["items"]
-                    if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == "b" and not gd.is_base(x)]
+                    if x["metadata"]["labels"].get(c.CLUSTER_LABEL) == "b" and not gb.is_base(x)]
 
         with gw._lock:
             gw.held.discard("b")

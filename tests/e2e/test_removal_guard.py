@@ -26,6 +26,7 @@ from typing import Any
 
 from raykueue.controller import actions as a
 from raykueue.controller import workload as w
+from raykueue.controller.keys import GangKey, PodKey, QueueKey
 from raykueue.core import contract as c
 from raykueue.core.clock import timestamp
 from raykueue.kube.cache import WatchCache
@@ -133,19 +134,21 @@ def test_a_workload_missing_from_the_cache_but_in_the_api_deletes_nothing(admin,
         start = time.time()
         poke(admin, ns, names)
 
-        def passed() -> list[tuple[tuple[str, str], list[a.Action], float]] | None:
+        def passed() -> list[tuple[QueueKey, list[a.Action], float]] | None:
             done = ctl.since(start)
-            keys = {k[1] for k, _, _ in done}
-            return done if set(names) <= keys and "gang:gang" in keys else None
+            keys = {k.name for k, _, _ in done if isinstance(k, PodKey)}
+            gang_passed = any(k == GangKey(ns, "gang") for k, _, _ in done)
+            return done if set(names) <= keys and gang_passed else None
 
         done = wait_for(passed, timeout=60, message="a pass over every pod and the gang on the lie")
         # The plain cluster's passes decided on the lie (a running pod with no Workload);
         # whatever they proposed, nothing was deleted, and a proposal said why it was kept.
         plain = {x["metadata"]["name"] for x in pods(admin, ns, "plain")}
-        acted = {k[1] for k, actions, _ in done if k[1] in plain
+        acted = {k.name for k, actions, _ in done if isinstance(k, PodKey) and k.name in plain
                  and any(isinstance(x, (a.EvictPod, a.CreateWorkload)) for x in actions)}
         assert acted == plain, f"the passes did not decide on the lie: {done}"
-        proposed = {k[1] for k, actions, _ in done if any(isinstance(x, a.EvictPod) for x in actions)}
+        proposed = {k.name for k, actions, _ in done if isinstance(k, PodKey)
+                    and any(isinstance(x, a.EvictPod) for x in actions)}
         print(f"\n[cache lies] removals proposed on the lie and kept: {sorted(proposed)}")
         for name in proposed:
             wait_for(lambda name=name: events(admin, ns, "RemovalNotProven", "Pod", name),
@@ -153,7 +156,7 @@ def test_a_workload_missing_from_the_cache_but_in_the_api_deletes_nothing(admin,
         if proposed:
             assert events(admin, ns, "RemovalNotProven", "RayCluster", "plain")
         # The gang's pass read its base live: it proposed nothing.
-        gang_actions = [x for k, actions, _ in done if k[1] == "gang:gang" for x in actions]
+        gang_actions = [x for k, actions, _ in done if k == GangKey(ns, "gang") for x in actions]
         assert not [x for x in gang_actions if isinstance(x, (a.EvictPod, a.CreateWorkload))], \
             gang_actions
         # Over the whole scenario: no pod was ever deleted, every pod is the same one.

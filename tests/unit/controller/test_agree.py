@@ -14,6 +14,7 @@ from raykueue.controller import decide as d
 from raykueue.controller import stuck
 from raykueue.controller import verdict as v
 from raykueue.controller.explain import explain_pod
+from raykueue.controller.keys import PodKey
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.controller_world import World
@@ -117,6 +118,6 @@ def test_the_report_reads_the_facts_the_controllers_pass_reads() -> None:
     ctl, _ = controller(world)
     reader = ctl._reader
     assert reader is not None and ctl.caches is not None
-    assert reader.read(("team-a", "head")) == reader.facts(ctl.caches.pods.get("team-a", "head"))
+    assert reader.read(PodKey("team-a", "head")) == reader.facts(ctl.caches.pods.get("team-a", "head"))
     (item,) = stuck.gated(ctl.caches.pods.list(), reader.facts, NOW)
     assert item.reason == v.NO_WORKLOAD

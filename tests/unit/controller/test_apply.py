@@ -9,6 +9,7 @@ from raykueue.controller import actions as a
 from raykueue.controller import handlers as h
 from raykueue.controller.apply import HANDLERS, apply
 from raykueue.controller.config import ControllerConfig
+from raykueue.controller.keys import PodKey
 from raykueue.controller.state import State
 from testkit.controller_world import World
 
@@ -28,6 +29,6 @@ def test_warning_without_a_pod_is_logged_and_writes_nothing(caplog):
     env = h.Env(world, ControllerConfig(), world.version, State(),  # type: ignore[arg-type]
                 Recorder(), lambda: 0.0)
     caplog.set_level(logging.WARNING, logger="raykueue.controller")
-    apply(env, a.Warn(a.WARN_LABEL_REMOVED, "leaving it alone"), h.Pass(("ns", "gone"), None, {}))
+    apply(env, a.Warn(a.WARN_LABEL_REMOVED, "leaving it alone"), h.Pass(PodKey("ns", "gone"), None, {}))
     assert world.requests == [] and events == []
     assert [r.getMessage() for r in caplog.records] == ["ns/gone: leaving it alone"]

@@ -1,11 +1,11 @@
-"""The gang rule (controller/gang.py) over every order in which the autoscaler may delete pods."""
+"""The gang rule (controller/gang/rule.py) over every order in which the autoscaler may delete pods."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 
-from raykueue.controller.gang import HEAD_GROUP, Base, Member, Plan, minimum, plan, quota_held
+from raykueue.controller.gang.rule import HEAD_GROUP, Base, Member, Plan, minimum, plan, quota_held
 
 MINS = minimum({"a": 2, "b": 1, "spare": 0})
 
@@ -72,7 +72,7 @@ def _delete_in_order(order: tuple[str, ...]) -> None:
         got = plan(list(members.values()), MINS, base)
         assert got.uncovered == () and got.move_out == ()
         if got.requeue:
-            # The gang goes whole, extras too (gang_decide evicts every pod).
+            # The gang goes whole, extras too (gang.decide proposes every pod for removal).
             members = {}
             base = Base()
         else:

@@ -1,4 +1,4 @@
-"""A gang cluster's pass: the rule of controller/gang.py turned into actions."""
+"""A gang cluster's pass: the rule of controller/gang/rule.py turned into actions."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 
 from raykueue.controller import actions as a
 from raykueue.controller import decide as d
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
+from raykueue.controller.gang import base as gb
+from raykueue.controller.gang import decide as gd
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.unit.controller_gang_decide import CTX, GROUP, base_for, cluster, gang_pod, kinds
@@ -37,9 +38,9 @@ def test_the_base_is_one_workload_owned_by_the_raycluster_with_a_podset_per_grou
     assert [(ps["name"], ps["count"]) for ps in body["spec"]["podSets"]] == [("head", 1), (GROUP, 2)]
     (ref,) = body["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"], ref["controller"]) == ("RayCluster", "raycluster-gpu", False)
-    assert body["metadata"]["name"] == gd.base_name("raycluster-gpu", ref["uid"])
+    assert body["metadata"]["name"] == gb.base_name("raycluster-gpu", ref["uid"])
     assert body["spec"]["priority"] == 1000 and body["spec"]["queueName"] == "team-a"
-    assert gd.is_base(body) and w.is_ours(body)
+    assert gb.is_base(body) and w.is_ours(body)
 
 
 def test_pods_wait_for_the_base_while_it_is_pending_and_per_pod_decide_never_creates() -> None:
@@ -79,7 +80,7 @@ def test_the_head_gone_requeues_the_base_whole() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     base = base_for(pods, "admitted")
     steps, _ = gd.decide_gang(pods[1:], {}, base, CTX)
-    # Issue 28: the base holds its quota while its pods still run (the evictions are only
+    # The base holds its quota while its pods still run (the evictions are only
     # proposals the handler confirms live); it goes once they have stopped.
     assert kinds(steps) == [(pods[1]["metadata"]["name"], "EvictPod"),
                             (pods[2]["metadata"]["name"], "EvictPod"), (None, "Wait")]
@@ -95,7 +96,7 @@ def test_the_head_gone_with_its_raycluster_only_deletes_the_base() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     base = base_for(pods, "admitted")
     gone = dataclasses.replace(CTX, cluster_gone=True)
-    # Issue 28: not while they still run; then at once.
+    # Not while they still run; then at once.
     assert kinds(gd.decide_gang(pods[1:], {}, base, gone)[0]) == [(None, "Wait")]
     steps, _ = gd.decide_gang([stopped(x) for x in copy.deepcopy(pods[1:])], {}, base, gone)
     assert kinds(steps) == [(None, "DeleteWorkload")]
@@ -104,7 +105,7 @@ def test_the_head_gone_with_its_raycluster_only_deletes_the_base() -> None:
 def test_an_evicted_base_is_requeued_whole() -> None:
     pods = cluster(2, gated=False, phase="Running", ready=True)
     steps, _ = gd.decide_gang(pods, {}, base_for(pods, "evicted"), CTX)
-    # The base goes once its pods have stopped (issue 28), not in the same pass.
+    # The base goes once its pods have stopped, not in the same pass.
     assert [t for _, t in kinds(steps)] == ["EvictPod"] * 3 + ["Wait"]
     assert [x.head for _, x in steps if isinstance(x, a.EvictPod)] == [True, False, False]
 
@@ -165,7 +166,7 @@ def test_a_base_pod_missing_from_the_snapshot_keeps_its_slot_from_what_was_relea
     snapshot = [pods[0], pods[1], newcomer]  # pods[2] released, not in this snapshot
     steps, _ = gd.decide_gang(snapshot, {}, base, CTX)
     assert (newcomer["metadata"]["name"], "LiftGate") in kinds(steps)  # one snapshot alone
-    released = {x["metadata"]["uid"]: gd.group_of(x) for x in pods}
+    released = {x["metadata"]["uid"]: gb.group_of(x) for x in pods}
     steps, _ = gd.decide_gang(snapshot, {}, base, dataclasses.replace(CTX, released=released))
     assert kinds(steps) == [(newcomer["metadata"]["name"], "CreateWorkload")]
 
@@ -175,7 +176,7 @@ def test_a_pod_the_controller_lifted_counts_as_released_though_the_cache_shows_i
     stale = copy.deepcopy(pods[2])
     stale["spec"]["schedulingGates"] = [{"name": c.GATE}]
     newcomer = gang_pod(c.ROLE_WORKER, 9)
-    released = {x["metadata"]["uid"]: gd.group_of(x) for x in pods}
+    released = {x["metadata"]["uid"]: gb.group_of(x) for x in pods}
     steps, _ = gd.decide_gang([pods[0], pods[1], stale, newcomer], {}, base,
                               dataclasses.replace(CTX, released=released))
     assert kinds(steps) == [(newcomer["metadata"]["name"], "CreateWorkload")]

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from raykueue.controller import actions as a
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import workload as w
+from raykueue.controller.gang import base as gb
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.controller_world import World
@@ -28,7 +28,7 @@ def gang_pod(role: str, uid: str) -> dict[str, Any]:
 
 
 def admit_base(world: World) -> dict[str, Any]:
-    (base,) = [x for x in world.of("workloads") if gd.is_base(x)]
+    (base,) = [x for x in world.of("workloads") if gb.is_base(x)]
     base = copy.deepcopy(base)
     base["status"] = {"admission": {"clusterQueue": o.CQ, "podSetAssignments": [
         {"name": ps["name"], "count": ps["count"], "flavors": {"cpu": o.FLAVOR}}
@@ -77,7 +77,7 @@ def test_a_worker_seen_after_its_base_in_the_same_second_queues_on_its_own() -> 
 
 
 def test_a_pod_past_the_gate_with_no_slot_is_reported_on_it_and_its_raycluster_not_killed() -> None:
-    """Issue 28: such a pod used to be deleted. Nothing proves it must go (no Workload of
+    """Such a pod used to be deleted. Nothing proves it must go (no Workload of
     its own that Kueue evicted or left unadmitted): it is kept, and said so once, on the
     pod and on its RayCluster, and counted."""
     world, (ctl, recorder), _ = started_gang()
@@ -102,3 +102,15 @@ def test_a_pod_past_the_gate_with_no_slot_is_reported_on_it_and_its_raycluster_n
 
 def p_uid(pod: dict[str, Any]) -> str:
     return str(pod["metadata"]["uid"])
+
+
+def test_the_handlers_hold_each_pod_the_gangs_pass_puts_in_the_base_until_it_goes() -> None:
+    """The gate lift of the gang's pass records the pod in its slot (a later pass on a
+    pod cache behind that write still counts it there), and the pod's deletion seen by
+    the watch frees the slot."""
+    world, (ctl, _), pods = started_gang()
+    groups = {p_uid(pods[0]): "head", p_uid(pods[1]): GROUP, p_uid(pods[2]): GROUP}
+    assert ctl.state.gang_released(NS, "raycluster-gpu") == groups
+    world.remove("pods", NS, pods[2]["metadata"]["name"])
+    drain(ctl, world)
+    assert p_uid(pods[2]) not in ctl.state.gang_released(NS, "raycluster-gpu")

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from raykueue.controller import actions as a
-from raykueue.controller import gang_base as gb
-from raykueue.controller import gang_decide as gd
 from raykueue.controller.caches import slim_workload
+from raykueue.controller.gang import base as gb
+from raykueue.controller.gang import decide as gd
 from raykueue.core import contract as c
 from testkit.unit.controller_gang_decide import CTX, GROUP, base_for, cluster, kinds
 
@@ -79,7 +79,7 @@ def test_an_admitted_base_edited_under_its_running_pods_takes_them_down() -> Non
     container(edited["spec"]["podSets"][1])["resources"] = {"requests": {"cpu": "1m"}}
     assert "does not request what pod" in (gb.mismatch(edited, pods[0], pods[1:3]) or "")
     steps, _ = gd.decide_gang(pods[:3], {}, edited, CTX)
-    # The removals are proposals: a forged base is no cause the handler accepts (issue 28),
+    # The removals are proposals: a forged base is no cause the handler accepts,
     # so it reports them; and the base keeps the quota while pods run under it.
     assert [t for _, t in kinds(steps)] == ["ReportConflict", "EvictPod", "EvictPod", "EvictPod",
                                            "Wait"]
@@ -114,5 +114,5 @@ def test_a_base_under_its_name_with_a_pods_owner_is_no_base() -> None:
     base = base_for(pods, "pending")
     base["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "x",
                                             "uid": "y", "controller": False}]
-    assert base["metadata"]["labels"][c.GANG_LABEL] and not gd.is_base(base)
+    assert base["metadata"]["labels"][c.GANG_LABEL] and not gb.is_base(base)
     assert gb.mismatch(base, pods[0], []) is not None

@@ -11,6 +11,7 @@ import pytest
 from raykueue.controller import actions as a
 from raykueue.controller import workload as w
 from raykueue.controller.config import ControllerConfig
+from raykueue.controller.keys import PodKey
 from raykueue.controller.loop import Controller
 from raykueue.core import contract as c
 from raykueue.kube.rest import ApiError
@@ -268,7 +269,7 @@ def test_stale_cache_does_not_repeat_a_create_or_a_lift():
     seed(world)
     head = world.put("pods", o.pod(c.ROLE_HEAD))
     ctl, _ = controller(world)
-    key = (NS, head["metadata"]["name"])
+    key = PodKey(NS, head["metadata"]["name"])
     ctl.process(ctl.queue.get(timeout=0))
     # A second pass before the watch delivered the Workload.
     ctl.queue.add(key)
@@ -396,7 +397,7 @@ def test_node_selector_conflict_is_reported_on_pod_and_workload_once():
     admit(world, wl_name(head))
     world.deliver()
     drain(ctl, world)
-    ctl.queue.add((NS, head["metadata"]["name"]))
+    ctl.queue.add(PodKey(NS, head["metadata"]["name"]))
     drain(ctl, world)
     assert [(kind, reason) for kind, _, reason, _ in recorder.events] == [
         ("Pod", a.CONFLICT_NODE_SELECTOR), ("Workload", a.CONFLICT_NODE_SELECTOR)]
@@ -476,7 +477,7 @@ def test_kueue_managed_pod_is_left_alone_and_reported_once():
     before = counter("raykueue_conflicts_total", kind=a.CONFLICT_KUEUE_POD)
     ctl, recorder = controller(world)
     drain(ctl, world)
-    ctl.queue.add((NS, pod["metadata"]["name"]))
+    ctl.queue.add(PodKey(NS, pod["metadata"]["name"]))
     drain(ctl, world)
     assert world.writes() == []
     assert len(recorder.events) == 1
@@ -511,7 +512,7 @@ def test_missing_priority_class_warns_once_and_queues_when_created():
     head = world.put("pods", o.pod(c.ROLE_HEAD))
     ctl, recorder = controller(world)
     drain(ctl, world)
-    ctl.queue.add((NS, head["metadata"]["name"]))
+    ctl.queue.add(PodKey(NS, head["metadata"]["name"]))
     drain(ctl, world)
     assert [reason for _, _, reason, _ in recorder.events] == [a.WARN_PRIORITY_CLASS]
     assert world.of("workloads") == []

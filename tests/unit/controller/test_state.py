@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from raykueue.controller.state import ORPHANS, State, owner_key
+from raykueue.controller.keys import GangKey, OrphansKey, PodKey
+from raykueue.controller.state import State, owner_key
 from raykueue.core import contract as c
 from raykueue.kube.cache import DELETED
 from testkit import controller_objects as o
@@ -16,12 +17,16 @@ def key_of(obj: dict) -> tuple[str, str]:
     return obj["metadata"]["namespace"], obj["metadata"]["name"]
 
 
+def pod_key(obj: dict) -> PodKey:
+    return PodKey(*key_of(obj))
+
+
 def test_workload_is_indexed_under_its_owner_until_deleted():
     state = State()
     pod = o.pod()
     wl = o.workload(pod)
     key = owner_key(wl)
-    assert key == key_of(pod)
+    assert key == pod_key(pod)
     state.workload_event("ADDED", wl, key, None)
     assert state.workload_names(key) == {wl["metadata"]["name"]}
     state.workload_event(DELETED, wl, key, None)
@@ -32,10 +37,21 @@ def test_owner_key_of_orphans_and_of_kueues_own():
     pod = o.pod()
     orphan = o.workload(pod)
     orphan["metadata"]["ownerReferences"] = []
-    assert owner_key(orphan) == (NS, ORPHANS)
+    assert owner_key(orphan) == OrphansKey(NS)
     foreign = o.workload(pod, ours=False)
     foreign["metadata"]["ownerReferences"] = []
     assert owner_key(foreign) is None
+
+
+def test_a_gang_base_is_its_clusters_key_which_no_pod_key_equals():
+    pod = o.pod()
+    base = o.workload(pod)
+    base["metadata"]["ownerReferences"] = [{"kind": "RayCluster", "name": "rc", "uid": "u"}]
+    base["metadata"]["labels"][c.GANG_LABEL] = "rc"
+    assert owner_key(base) == GangKey(NS, "rc")
+    # A pod may be named like its cluster, or like nothing at all: the kinds never mix,
+    # so the queue never merges two passes of different kinds.
+    assert len({GangKey(NS, "rc"), PodKey(NS, "rc"), OrphansKey(NS), PodKey(NS, "")}) == 4
 
 
 def test_cluster_members_wait_until_they_have_a_workload():
@@ -47,7 +63,7 @@ def test_cluster_members_wait_until_they_have_a_workload():
     assert state.heads(NS, "rc") == [head["metadata"]["name"]]
     assert sorted(state.waiting_members(NS, "rc")) == sorted(
         [head["metadata"]["name"], worker["metadata"]["name"]])
-    state.add_owned(key_of(worker), "its-workload")
+    state.add_owned(pod_key(worker), "its-workload")
     assert state.waiting_members(NS, "rc") == [head["metadata"]["name"]]
     state.pod_event(DELETED, head)
     assert state.heads(NS, "rc") == []
@@ -108,7 +124,7 @@ def test_created_workloads_are_found_by_name_before_their_watch_event():
     wl = o.workload(pod)
     name = wl["metadata"]["name"]
     state.remember("workload", (NS, name), None, wl)
-    assert name in state.workload_names((NS, "another-pod"))  # any key in the namespace
+    assert name in state.workload_names(PodKey(NS, "another-pod"))  # any key in the namespace
     assert state.read("workload", (NS, name), None) is wl
 
 
@@ -116,14 +132,14 @@ def test_admission_time_is_recorded_only_when_seen_live():
     state = State()
     pod = o.pod()
     listed = o.workload(pod, "admitted")
-    state.workload_event("ADDED", listed, key_of(pod), None)
+    state.workload_event("ADDED", listed, pod_key(pod), None)
     assert state.admitted_at(listed["metadata"]["uid"]) is None
     live = o.workload(pod, "admitted")
-    state.workload_event("MODIFIED", live, key_of(pod), 42.0)
+    state.workload_event("MODIFIED", live, pod_key(pod), 42.0)
     assert state.admitted_at(live["metadata"]["uid"]) == 42.0
-    state.workload_event("MODIFIED", live, key_of(pod), 99.0)
+    state.workload_event("MODIFIED", live, pod_key(pod), 99.0)
     assert state.admitted_at(live["metadata"]["uid"]) == 42.0  # the first sighting counts
-    state.workload_event(DELETED, live, key_of(pod), 100.0)
+    state.workload_event(DELETED, live, pod_key(pod), 100.0)
     assert state.admitted_at(live["metadata"]["uid"]) is None
 
 

@@ -20,12 +20,12 @@ import pytest
 
 from raykueue.controller import decide as d
 from raykueue.controller import explain as e
-from raykueue.controller import gang_decide as gd
 from raykueue.controller import pods as p
 from raykueue.controller import stuck
 from raykueue.controller import workload as w
 from raykueue.controller.caches import slim_pod, slim_workload
 from raykueue.controller.facts import Facts
+from raykueue.controller.gang import base as gb
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.listsource import facts_of
@@ -82,8 +82,8 @@ def test_a_trimmed_gang_pod_keeps_its_minimums_and_its_spec_past_the_gate():
     whole["metadata"]["labels"][c.GANG_LABEL] = "raycluster-gpu"
     whole["metadata"].setdefault("annotations", {})[c.GANG_MIN_ANNOTATION] = '{"headgroup": 1}'
     slim = slim_pod(copy.deepcopy(whole))
-    assert gd.mins_of(slim) == gd.mins_of(whole)
-    assert gd.mins_of(slim)["headgroup"] == 1
+    assert gb.mins_of(slim) == gb.mins_of(whole)
+    assert gb.mins_of(slim)["headgroup"] == 1
     assert w.pod_set_template(slim) == w.pod_set_template(whole)
 
 

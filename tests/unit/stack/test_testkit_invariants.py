@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from raykueue.controller import gang_decide as gd
+from raykueue.controller.gang import decide as gd
 from raykueue.core import contract as c
 from testkit import controller_objects as o
 from testkit.invariants import quantity, uncovered

@@ -1,10 +1,10 @@
 """What to do for one gang cluster, given its pods and Workloads: no I/O.
 
-`controller.gang.plan` is the rule; this turns it into actions (each for a
-pod, or for the base itself). The per-pod `decide` keeps doing everything for
-an extra that has a Workload of its own (gate lift, readiness, release); it
-only never creates one for a gang pod. Building and trusting the base is
-`controller.gang_base`.
+`gang.rule.plan` is the rule; this turns it into actions (each for a pod, or
+for the base itself). The per-pod `controller.decide` keeps doing everything for
+an extra that has a Workload of its own (gate lift, readiness, release); what it
+does in place of that for a gang pod is `gang.member`. Building and trusting the
+base is `gang.base`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from raykueue.controller import gang as g
-from raykueue.controller import gang_base as gb
 from raykueue.controller import placement, removal
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
@@ -36,33 +34,16 @@ from raykueue.controller.actions import (
     Wait,
     Warn,
 )
+from raykueue.controller.gang import base as gb
+from raykueue.controller.gang import rule as g
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.podrole import role_of
 from raykueue.core.priority import Missing, workload_priority
 
-# Re-exported: the names readers of gang clusters use.
-base_name = gb.base_name
-group_of = gb.group_of
-is_base = gb.is_base
-is_gang_pod = gb.is_gang_pod
-mins_of = gb.mins_of
-raycluster_ref = gb.raycluster_ref
-
-# A gang's pass runs under this key name: no pod can be called so (a pod name
-# is a DNS-1123 subdomain, without ':').
-KEY_PREFIX: Final = g.KEY_PREFIX
 ROLE: Final = "gang"
 
 Step = tuple[str | None, Action]  # (pod name, or None for the base), action
-
-
-def key_name(cluster: str) -> str:
-    return KEY_PREFIX + cluster
-
-
-def cluster_of_key(name: str) -> str | None:
-    return name[len(KEY_PREFIX):] if name.startswith(KEY_PREFIX) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +115,7 @@ def _requeue(base: Obj, live: Sequence[Obj], standing: Sequence[Obj], reason: st
     A gated pod runs nothing and is left for the next base. Each removal goes through
     `handlers.remove_pod`, which deletes only what the live
     reads prove (Kueue evicted the pod's Workload, the base for a base pod) and reports
-    the rest (issue 28). The base goes only once no pod it covers still runs
+    the rest. The base goes only once no pod it covers still runs
     (`standing`): its quota is held until they have stopped.
     """
     steps: list[Step] = [(p.name(x), EvictPod(p.name(base), reason, message,
@@ -179,7 +160,8 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
     heads = sorted((x for x in live if role_of(x) == c.ROLE_HEAD),
                    key=lambda x: str(metadata(x).get("creationTimestamp")))
     # Pods the base covers that still run (being deleted included): the base keeps
-    # their quota until they have stopped (issue 28).
+    # their quota until they have stopped (a long grace period or preStop hook may
+    # keep one running for a day, and KubeRay's replacement queues meanwhile).
     standing = [x for x in pods if p.uid(x) not in own and not removal.has_stopped(x)]
     if base is not None and not p.is_deleting(base) and not live and not standing:
         # Every pod of the gang has stopped or gone: the base's quota is free to go.
@@ -229,7 +211,8 @@ def decide_gang(pods: Sequence[Obj], own: Mapping[str, Obj], base: Obj | None,
 def _evict_uncovered(pods: Sequence[Obj], base: Obj | None) -> list[Step]:
     """Proposed removals: no admitted Workload covers these pods. Neither cause of
     `removal` proves that (the pod's own Workload is not Kueue's eviction, nor one left
-    not admitted), so the handler reports them and keeps them (issue 28)."""
+    not admitted), so the handler reports them and keeps them: nothing is destroyed
+    on a belief."""
     where = f"the gang's base {p.name(base)} has no slot left for it" if base is not None \
         else "the gang has no base Workload"
     return [(p.name(x), EvictPod("", GANG_UNCOVERED,

@@ -17,10 +17,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raykueue.controller import gang as g
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller import workload_status as ws
+from raykueue.controller.gang import rule as g
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, annotations, labels, metadata, spec
 from raykueue.core.podrole import role_of

@@ -22,11 +22,12 @@ The rule, as a pure function of one opted-in gang cluster (docs/GANG.md):
   reserved), so a raise leaves the pods beyond it extras until the base is next
   made; a lower moves the newest base pods out (a Workload of their own each,
   the slot handed back once that one is admitted).
-- The head leaving ends the gang: the base is requeued whole (its pods evicted
-  and recreated gated); the head is never preempted or admitted alone.
+- The head leaving ends the gang: the base is requeued whole (its pods proposed
+  for removal, which `handlers.remove_pod` confirms live); the head is never
+  preempted or admitted alone.
 - A pod past the gate that no admitted Workload covers (none of its own, and no
-  slot of an admitted base left for it) is a violation: it is evicted, and
-  KubeRay recreates it gated.
+  slot of an admitted base left for it) is a violation: it is proposed for
+  removal, which no live read proves, so it is reported and kept.
 
 So quota held always equals the pods that exist: base slots not reclaimed plus
 admitted extras.
@@ -38,8 +39,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 HEAD_GROUP = "head"
-# Key names of gang clusters' passes (`controller.gang_decide`); ':' is in no pod name.
-KEY_PREFIX = "gang:"
 
 
 @dataclass(frozen=True, slots=True)
