@@ -63,6 +63,7 @@ NUM_WORKER_GROUPS = "ray.io/num-worker-groups"
 STAMP_POLICY = "raykueue-stamp"
 # KubeRay's Warning Events when a write of a RayService's cluster fails.
 KUBERAY_FAILURES = ("FailedToUpdateRayCluster", "FailedToCreateRayCluster")
+ADMISSION_REFUSAL = re.compile(r"admission webhook|ValidatingAdmissionPolicy|denied the request")
 SERVE_CONFIG = "applications:\n  - name: app\n    import_path: app:deployment\n    route_prefix: /\n"
 
 
@@ -175,7 +176,10 @@ class Course:
                 self.selectors.append((time.monotonic(), selected))
 
     def _event(self, event: str, ev: dict[str, Any]) -> None:
-        if ev.get("reason") in KUBERAY_FAILURES:
+        # KubeRay writes from its informer's copy: a write it retries because that copy
+        # was stale ("the object has been modified", "already exists") was refused by
+        # nobody. One that admission refused names the webhook or the policy.
+        if ev.get("reason") in KUBERAY_FAILURES and ADMISSION_REFUSAL.search(ev.get("message") or ""):
             with self.lock:
                 self.failures.append(f"{ev['reason']}: {ev.get('message')}")
 
