@@ -60,7 +60,6 @@ EVENTS = Resource("", "v1", "events")
 SERVICES = Resource("", "v1", "services")
 KUBERAY_VERSION = "ray.io/kuberay-version"
 NUM_WORKER_GROUPS = "ray.io/num-worker-groups"
-STAMP_POLICY = "raykueue-stamp"
 # KubeRay's Warning Events when a write of a RayService's cluster fails.
 KUBERAY_FAILURES = ("FailedToUpdateRayCluster", "FailedToCreateRayCluster")
 ADMISSION_REFUSAL = re.compile(r"admission webhook|ValidatingAdmissionPolicy|denied the request")
@@ -80,15 +79,18 @@ def rayservice(name: str, version: str = "1") -> dict[str, Any]:
 
 
 def refusals(e2e_stack) -> dict[str, float]:
-    """The API server's counts of Ray objects refused by raykueue's webhooks or `raykueue-stamp`."""
+    """The API server's counts of Ray objects and pods that raykueue's webhooks or policies
+    denied (a webhook that could not be called is not a denial: `error_type`)."""
     _, body = e2e_stack.api.request("GET", "/metrics")
     out: dict[str, float] = {}
     for line in body.decode().splitlines():
         series, _, value = line.rpartition(" ")
         if (series.startswith("apiserver_validating_admission_policy_check_total{")
-                and f'policy="{STAMP_POLICY}"' in series and 'enforcement_action="deny"' in series) or (
+                and re.search(r'policy="raykueue-(stamp|gated-at-creation)"', series)
+                and 'enforcement_action="deny"' in series) or (
                 series.startswith("apiserver_admission_webhook_rejection_count{")
-                and re.search(r'name="(first-ray[a-z]+|last-ray-objects)\.raykueue', series)):
+                and 'error_type="no_error"' in series
+                and re.search(r'name="(first-ray[a-z]+|last-ray-objects|mutate-pods)\.raykueue', series)):
             out[series] = float(value)
     return out
 
@@ -136,7 +138,8 @@ class Course:
         self.roles: dict[str, str] = {}  # pod uid -> head or worker
         self.standin: ServeStandin | None = None
         self.selectors: list[tuple[float, str]] = []  # (when, cluster the serve Service selects)
-        self.failures: list[str] = []
+        self.failures: list[str] = []  # KubeRay's writes admission refused
+        self.unanswered: list[str] = []  # KubeRay's writes no webhook answered (raykueue down)
         self.caches = [WatchCache(admin, PODS, namespace=ns), WatchCache(admin, SERVICES, namespace=ns),
                        WatchCache(admin, EVENTS, namespace=ns)]
         for cache, handler in zip(self.caches, (self._pod, self._service, self._event), strict=True):
@@ -182,6 +185,9 @@ class Course:
         if ev.get("reason") in KUBERAY_FAILURES and ADMISSION_REFUSAL.search(ev.get("message") or ""):
             with self.lock:
                 self.failures.append(f"{ev['reason']}: {ev.get('message')}")
+        elif ev.get("reason") in KUBERAY_FAILURES and "failed calling webhook" in (ev.get("message") or ""):
+            with self.lock:
+                self.unanswered.append(f"{ev['reason']}: {ev.get('message')}")
 
     def serving(self) -> str:
         with self.lock:
@@ -304,6 +310,38 @@ def test_kuberays_in_place_updates_keep_the_stamp_and_are_never_refused(
         assert course.serving() == cluster
         delete_and_wait(admin, ns, "svc", quota)
     assert standin_order(course) == [cluster]
+
+
+def test_kuberays_in_place_update_waits_while_raykueue_is_down_and_goes_through_once_it_is_back(
+        e2e_stack, admin, controller, webhooks, queue):  # noqa: F811
+    """The first stage fails closed: KubeRay's update of the templates waits for it
+    (KubeRay retries); every write raykueue does not judge goes through meanwhile."""
+    ns = queue(cpu="4", memory="4Gi")
+    with watched(admin, e2e_stack, ns, "svc") as (course, quota):
+        admin.create(RAYSERVICES.path(ns), rayservice("svc"))
+        cluster = serving_cluster(admin, ns, "svc", course, quota)
+        uids = {p["metadata"]["uid"] for p in cluster_pods(admin, ns, cluster)}
+        version = admin.get(RAYCLUSTERS.path(ns, cluster))["metadata"]["annotations"][KUBERAY_VERSION]
+        webhooks.stop()
+        try:
+            # Not raykueue's business (no opt-in, queue, template or suspend change): allowed.
+            admin.json_patch(RAYCLUSTERS.path(ns, cluster), [
+                {"op": "replace", "path": f"/metadata/annotations/{KUBERAY_VERSION.replace('/', '~1')}",
+                 "value": "v0.0.0-before"}])
+            quota.wait(lambda: course.unanswered, timeout=60,
+                       message="KubeRay's in-place update never met the first stage")
+            rc = admin.get(RAYCLUSTERS.path(ns, cluster))
+            assert rc["metadata"]["annotations"][KUBERAY_VERSION] == "v0.0.0-before"
+            assert stamped(rc) == [True, True]
+        finally:
+            webhooks.start()
+        rc = quota.wait(lambda: (found := admin.get(RAYCLUSTERS.path(ns, cluster)))["metadata"][
+            "annotations"].get(KUBERAY_VERSION) == version and found, timeout=60,
+            message="KubeRay's in-place update never went through once raykueue was back")
+        assert stamped(rc) == [True, True]
+        assert {p["metadata"]["uid"] for p in cluster_pods(admin, ns, cluster)} == uids
+        assert active(admin, ns, "svc") == cluster and course.serving() == cluster
+        delete_and_wait(admin, ns, "svc", quota)
 
 
 def test_a_zero_downtime_upgrade_waits_for_quota_then_moves_pod_by_pod(
