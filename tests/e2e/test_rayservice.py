@@ -10,7 +10,8 @@ RayCluster in two ways:
   carry no stamp (raykueue leaves a RayService's cluster spec as written, so its
   hash never changes because of raykueue): raykueue's first webhook is called on
   that update (its template lacks the stamp) and stamps it again, so the policy
-  `raykueue-stamp` has nothing to refuse;
+  `raykueue-stamp` has nothing to refuse. While raykueue is down that update fails
+  closed and KubeRay retries it until raykueue is back;
 - **a new cluster** (zero-downtime upgrade, `shouldPrepareNewCluster`): any other
   change of `rayClusterConfig`. The pending cluster is stamped at creation, its
   pods gated and admitted one by one; KubeRay switches the Services to it once its
