@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from devstack.dashboard_proxy import DASHBOARD_PORT_NAME, Routes, service_host
+from devstack.ray.dashboard_proxy import DASHBOARD_PORT_NAME, Routes, service_host
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS, Resource
 from raykueue.kube.rest import ApiError, Rest

@@ -35,17 +35,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from devstack.dashboard_proxy import Routes, routes_dir
+from devstack.ray.dashboard_proxy import Routes, routes_dir
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.cache import DELETED, WatchCache
 from raykueue.kube.resources import PODS, Resource
 from raykueue.kube.rest import Rest
-from testkit.pods import gated, role, running
-from testkit.serve_standin import ServeStandin
-from tests.e2e.invariants import Invariants
-from tests.e2e.quota_invariants import QuotaInvariants
-from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
+from testkit.e2e.controller import (  # noqa: F401 - fixtures
     CQS,
     RAYCLUSTERS,
     WORKLOADS,
@@ -55,7 +51,11 @@ from tests.e2e.test_controller_e2e import (  # noqa: F401 - fixtures
     raycluster,
     webhooks,
 )
-from tests.e2e.test_kueue_shipped import RAYSERVICES
+from testkit.e2e.kueue_shipped import RAYSERVICES
+from testkit.invariants import Invariants
+from testkit.pods import gated, role, running
+from testkit.quota_invariants import QuotaInvariants
+from testkit.serve_standin import ServeStandin
 
 EVENTS = Resource("", "v1", "events")
 SERVICES = Resource("", "v1", "services")
