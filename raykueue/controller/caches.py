@@ -14,6 +14,7 @@ import orjson
 
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller.config import ControllerConfig
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, labels
@@ -143,11 +144,11 @@ def _kind_and_meta(obj: dict[str, Any], shared: tuple[str, ...] = ()) -> dict[st
     return out
 
 
-def slim_workload(obj: dict[str, Any]) -> w.SlimWorkload:
+def slim_workload(obj: dict[str, Any]) -> wm.SlimWorkload:
     """Cache transform: of a Workload, its metadata, its spec without pod templates
     (whether they ask for what the pod asks for is all we need of those, and the
     result carries that), and the status fields above."""
-    if isinstance(obj, w.SlimWorkload):
+    if isinstance(obj, wm.SlimWorkload):
         return obj
     out = _kind_and_meta(obj)
     wl_spec = obj.get("spec")
@@ -163,7 +164,7 @@ def slim_workload(obj: dict[str, Any]) -> w.SlimWorkload:
         if "admission" in status:
             status["admission"] = _shared(status["admission"])
         out["status"] = status
-    return w.SlimWorkload(out, w.pod_sets_fingerprint(obj))
+    return wm.SlimWorkload(out, wm.pod_sets_fingerprint(obj))
 
 
 def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
@@ -191,7 +192,7 @@ def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
                 if isinstance(x, dict) and isinstance(x.get("state"), dict)]
         out["status"] = kept
     buildable = p.is_gated(obj) or bool(labels(obj).get(c.GANG_LABEL))
-    return p.SlimPod(out, w.pod_sizing(obj), orjson.dumps(full) if buildable else None)
+    return p.SlimPod(out, wm.pod_sizing(obj), orjson.dumps(full) if buildable else None)
 
 
 # Of a head pod that may not be ours: whether it is past every gate and alive.
