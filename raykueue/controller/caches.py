@@ -19,6 +19,7 @@ from raykueue.controller.config import ControllerConfig
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, labels
 from raykueue.kube import resources as r
+from raykueue.kube.informers import Informers
 from raykueue.kube.rest import Rest
 
 log = logging.getLogger("raykueue.controller")
@@ -262,9 +263,13 @@ class Caches:
 
     @classmethod
     def open(cls, rest: Rest, config: ControllerConfig, version: str,
-             make: CacheFactory) -> Caches:
-        """Build the caches (not started: handlers go on first)."""
+             make: CacheFactory, shared: Informers | None = None) -> Caches:
+        """Build the caches (not started: handlers go on first). A watch the process
+        already runs (`shared`: the admission side's RayClusters) is borrowed, not
+        opened a second time; its loan's stop takes the controller's handlers off."""
         ns = config.namespace
+        rayclusters = shared.borrow(RAYCLUSTERS, namespace=ns, transform=slim_raycluster) \
+            if shared is not None else None
         return cls(
             pods=make(rest, r.PODS, namespace=ns,
                       label_selector=f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE}",
@@ -276,7 +281,8 @@ class Caches:
                                                        namespaced=False)),
             heads=make(rest, r.PODS, namespace=ns,
                        label_selector=f"{c.NODE_TYPE_LABEL}={c.ROLE_HEAD}", transform=slim_head),
-            rayclusters=make(rest, RAYCLUSTERS, namespace=ns, transform=slim_raycluster),
+            rayclusters=rayclusters or make(rest, RAYCLUSTERS, namespace=ns,
+                                            transform=slim_raycluster),
         )
 
     @property

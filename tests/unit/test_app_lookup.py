@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from raykueue.app.lookup import ClusterView, keep_metadata
 from raykueue.coexist.kueueconfig import KueueSetup
 from raykueue.core import contract as c
+from raykueue.webhooks.reads import ClusterView, keep_metadata
 from testkit import reviews as rv
 
 

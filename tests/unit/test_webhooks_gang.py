@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from raykueue.app.lookup import keep_metadata
+from raykueue.controller.caches import slim_raycluster
 from raykueue.core import contract as c
 from raykueue.webhooks.classify import Context
 from testkit import reviews as rv
@@ -27,15 +27,16 @@ def _cluster(gang: str | None, groups: list[dict[str, Any]] | None = None) -> di
         {"groupName": "small", "minReplicas": 4, "replicas": 6, "template": {"big": "x" * 100}},
         {"groupName": "multi", "minReplicas": 2, "numOfHosts": 2},
         {"groupName": "idle", "minReplicas": 0}]}}
-    return keep_metadata(c.RAYCLUSTER_KIND)(full)
+    # As the one RayCluster watch keeps it, which the webhook and the controller share.
+    return slim_raycluster(full)
 
 
 def test_the_cache_keeps_only_the_worker_groups_sizes() -> None:
     kept = _cluster("true")
     assert kept["spec"] == {"workerGroupSpecs": [
-        {"groupName": "small", "minReplicas": 4}, {"groupName": "multi", "minReplicas": 2,
-                                                   "numOfHosts": 2},
-        {"groupName": "idle", "minReplicas": 0}]}
+        {"groupName": "small", "minReplicas": 4, "scaleStrategy": {}},
+        {"groupName": "multi", "minReplicas": 2, "numOfHosts": 2, "scaleStrategy": {}},
+        {"groupName": "idle", "minReplicas": 0, "scaleStrategy": {}}]}
 
 
 def test_gang_pods_carry_their_cluster_and_every_groups_base_count() -> None:
