@@ -21,6 +21,7 @@ from raykueue.app.metrics import LEADER
 from raykueue.app.settings import Settings
 from raykueue.controller.config import ControllerConfig
 from raykueue.kube.events import EventRecorder
+from raykueue.kube.informers import Informers
 from raykueue.kube.leader import FailedTerms, LeaderElector, failure_backoff, run_term
 from raykueue.kube.rest import Rest
 
@@ -65,12 +66,15 @@ class ControllerHost:
     """
 
     def __init__(self, rest: Rest, settings: Settings, *, run_controller: bool = True,
-                 pods_ready: Callable[[], bool] | None = None) -> None:
+                 pods_ready: Callable[[], bool] | None = None,
+                 shared: Informers | None = None) -> None:
         self.rest = rest
         self.settings = settings
         self.run_controller = run_controller
         # Asked at the start of each term: whether Kueue reads PodsReady (runtime.pods_ready_with).
         self.pods_ready = pods_ready or (lambda: settings.pods_ready != "false")
+        # The process's watches: each term's controller borrows what they hold.
+        self.shared = shared
         self.controller: Controller | None = None
         self._lost: threading.Event | None = None
         self._on_elected: list[Callable[[], None]] = []
@@ -124,7 +128,7 @@ class ControllerHost:
             from raykueue.controller.loop import Controller
 
             controller = Controller(self.rest, controller_config(self.settings, self.pods_ready()),
-                                    EventRecorder(self.rest, COMPONENT))
+                                    EventRecorder(self.rest, COMPONENT), shared=self.shared)
             self.controller = controller
             try:
                 controller.run(lost)

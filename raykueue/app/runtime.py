@@ -22,7 +22,6 @@ from kubernetes.client import ApiClient
 from raykueue.app import certificates
 from raykueue.app.certificates import Certificates
 from raykueue.app.leadership import COMPONENT, ControllerHost
-from raykueue.app.lookup import ClusterView, keep_labels, keep_metadata, keep_value
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.policywatch import PolicyWatch
@@ -31,14 +30,17 @@ from raykueue.controller.adopt import Adopter
 from raykueue.controller.handover import HandOverEvents
 from raykueue.core import contract as c
 from raykueue.core.priority import PriorityPolicy
+from raykueue.core.rayobjects import slim_raycluster
 from raykueue.kube import resources as r
 from raykueue.kube.backoff import Backoff
 from raykueue.kube.cache import Transform, WatchCache
 from raykueue.kube.client import ClusterConfigError, Configured, configured, probe
 from raykueue.kube.events import EventRecorder
+from raykueue.kube.informers import Informers
 from raykueue.kube.rest import ApiError, Rest
 from raykueue.webhooks.admit import Outcome, admit_create, admit_ray_object, admit_update
 from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage
+from raykueue.webhooks.reads import ClusterView, keep_labels, keep_metadata, keep_value
 from raykueue.webhooks.review import Review
 
 log = logging.getLogger("raykueue")
@@ -94,6 +96,8 @@ class Cluster:
         self.settings = settings
         self.found = found
         self.rest = Rest(ApiClient(found.config))
+        # One watch per resource in this process: the controller borrows from here.
+        self.informers = Informers(self.rest)
         self.view = ClusterView.connecting()
         self.caches: tuple[WatchCache, ...] = ()  # every cache started, the Kueue watch's included
         self.kueue: KueueWatch | None = None
@@ -158,13 +162,14 @@ class Cluster:
             caches: list[WatchCache] = []
 
             def cache(resource: r.Resource, transform: Transform) -> WatchCache:
-                made = WatchCache(rest, resource, transform=transform)
-                made.start()
+                made = self.informers.open(resource, transform=transform)
                 caches.append(made)
                 return made
 
+            # RayClusters in the shape the controller reads too, which borrows this watch.
             owners = {kind: cache(r.Resource(c.RAY_API_GROUP, ray_version or "v1", plural),
-                                  keep_metadata(kind))
+                                  slim_raycluster if kind == c.RAYCLUSTER_KIND
+                                  else keep_metadata(kind))
                       for kind, plural in ((c.RAYCLUSTER_KIND, "rayclusters"),
                                            (c.RAYJOB_KIND, "rayjobs"),
                                            (c.RAYSERVICE_KIND, "rayservices"))}
@@ -259,7 +264,8 @@ def start(settings: Settings) -> Runtime:
     leadership = None
     if rest is not None and (settings.controller or settings.cert_secret):
         leadership = ControllerHost(rest, settings, run_controller=settings.controller,
-                                    pods_ready=partial(pods_ready_with, settings, cluster))
+                                    pods_ready=partial(pods_ready_with, settings, cluster),
+                                    shared=cluster.informers)
     if settings.cert_secret:
         is_leader = leadership.is_leader if leadership is not None else _never
         certs = certificates.from_secret(settings, rest, is_leader, stop, threads)

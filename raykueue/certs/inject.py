@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raykueue.certs.rotation import bundle_contains
+from raykueue.certs.checks import bundle_contains
 from raykueue.kube.resources import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,

@@ -31,15 +31,21 @@ trusts, so they happen in one step.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 
+from raykueue.certs.checks import (
+    LACKS_SANS,
+    RENEW_WITHIN,
+    ca_needs_rotation,
+    der,
+    load_bundle,
+    needs_rotation,
+    pair_matches,
+)
 from raykueue.certs.issue import (
     IssuerKey,
     cert_to_pem,
@@ -48,7 +54,6 @@ from raykueue.certs.issue import (
     new_ca,
     new_serving_cert,
 )
-from raykueue.core.clock import format_time
 
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 NEXT_CA_CERT, NEXT_CA_KEY = "next-ca.crt", "next-ca.key"
@@ -60,10 +65,8 @@ STAGE_TRUST, STAGE_SETTLE = "trust", "settle"
 ROTATE_ANNOTATION = "raykueue.io/rotate"
 ROTATE_CA, ROTATE_SERVING = "ca", "serving"
 
-RENEW_WITHIN = timedelta(days=30)
 CA_DAYS = 3650
 SERVING_DAYS = 365
-_LACKS_SANS = "serving certificate lacks SAN(s) "
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,114 +135,6 @@ class Plan:
     pending_ca: bytes | None = None
     clear_request: bool = False
     warning: str | None = None
-
-
-# -- checks --------------------------------------------------------------------------
-
-
-def needs_rotation(cert_pem: bytes, dns_names: Iterable[str], now: datetime, *,
-                   ip_addresses: Iterable[str] = (), renew_within: timedelta = RENEW_WITHIN,
-                   ca_pem: bytes | None = None) -> str | None:
-    """Why the serving certificate `cert_pem` must be reissued, or None.
-
-    Reasons: unreadable, not yet valid, expiring within `renew_within`,
-    missing one of the SANs we serve on, or (with `ca_pem`) not issued by the
-    first certificate of `ca_pem`.
-    """
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError:
-        return "serving certificate is unreadable"
-    if now < cert.not_valid_before_utc:
-        return f"serving certificate is not valid before {format_time(cert.not_valid_before_utc)}"
-    expires = cert.not_valid_after_utc
-    if expires - now < renew_within:
-        return f"serving certificate expires {format_time(expires)} (within {renew_within.days} days)"
-    missing = _missing_sans(cert, dns_names, ip_addresses)
-    if missing:
-        return _LACKS_SANS + ", ".join(missing)
-    if ca_pem is not None and not issued_by(cert_pem, ca_pem):
-        return "serving certificate is not issued by the stored CA"
-    return None
-
-
-def ca_needs_rotation(ca_pem: bytes, ca_key_pem: bytes, now: datetime, *,
-                      renew_within: timedelta = RENEW_WITHIN) -> str | None:
-    """Why the stored CA cannot sign a fresh serving certificate, or None.
-
-    A serving certificate never outlives its CA, so a CA within
-    `renew_within` of expiry would make every reissue due again at once.
-    """
-    try:
-        ca = x509.load_pem_x509_certificate(ca_pem)
-        key = key_from_pem(ca_key_pem)
-    except ValueError:
-        return "CA certificate or key is unreadable"
-    if _public_der(ca.public_key()) != _public_der(key.public_key()):
-        return "CA key does not match the CA certificate"
-    if ca.not_valid_after_utc - now < renew_within:
-        return f"CA expires {format_time(ca.not_valid_after_utc)} (within {renew_within.days} days)"
-    return None
-
-
-def issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
-    """Whether the first certificate of `cert_pem` is signed by the first of `ca_pem`."""
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
-def pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-        key = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError):
-        return False
-    return _public_der(cert.public_key()) == _public_der(key.public_key())
-
-
-def bundle_contains(bundle_pem: bytes, ca_pem: bytes) -> bool:
-    """Whether the first certificate of `ca_pem` is one of `bundle_pem`'s."""
-    wanted = load_bundle(ca_pem)
-    if not wanted:
-        return False
-    target = _der(wanted[0])
-    return any(_der(c) == target for c in load_bundle(bundle_pem))
-
-
-def load_bundle(pem: bytes) -> list[x509.Certificate]:
-    try:
-        return x509.load_pem_x509_certificates(pem)
-    except ValueError:
-        return []
-
-
-def _missing_sans(cert: x509.Certificate, dns_names: Iterable[str],
-                  ip_addresses: Iterable[str]) -> list[str]:
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        have_dns: set[str] = set()
-        have_ips: set[Any] = set()
-    else:
-        have_dns = {d.lower() for d in san.get_values_for_type(x509.DNSName)}
-        have_ips = set(san.get_values_for_type(x509.IPAddress))
-    missing = [d for d in dns_names if d.lower() not in have_dns]
-    missing += [ip for ip in ip_addresses if ipaddress.ip_address(ip) not in have_ips]
-    return missing
-
-
-def _public_der(public_key: Any) -> bytes:
-    return public_key.public_bytes(serialization.Encoding.DER,
-                                   serialization.PublicFormat.SubjectPublicKeyInfo)
-
-
-def _der(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.DER)
-
 
 
 # -- issuing -------------------------------------------------------------------------
@@ -348,7 +243,7 @@ def plan(stored: Mapping[str, bytes], dns: list[str], ips: list[str], now: datet
                         f"{ROTATE_SERVING!r})", clear_request=True)
         return Plan(current)
     assert ca_crt
-    if tls_crt and reason.startswith(_LACKS_SANS):
+    if tls_crt and reason.startswith(LACKS_SANS):
         # Keep the names already served: during a rolling change of the SAN
         # list, old and new replicas would otherwise take turns rotating.
         dns, ips = union_sans(tls_crt, dns, ips)
@@ -389,8 +284,8 @@ def _stage_new_ca(bundle: bytes, ca_key: bytes, tls_crt: bytes | None, tls_key: 
     `drop` is an unusable staged CA being replaced: nothing was ever served from it.
     """
     ca, key = new_ca(_ca_name(dns, ips), ca_days)
-    dropped = {_der(c) for c in load_bundle(drop or b"")}
-    kept = b"".join(cert_to_pem(c) for c in _valid(bundle, now) if _der(c) not in dropped)
+    dropped = {der(c) for c in load_bundle(drop or b"")}
+    kept = b"".join(cert_to_pem(c) for c in _valid(bundle, now) if der(c) not in dropped)
     new_pem = cert_to_pem(ca)
     return Material(kept + new_pem, tls_crt or b"", tls_key or b"", ca_key, new_pem,
                     key_to_pem(key), Stage(STAGE_TRUST).encode())
@@ -400,7 +295,7 @@ def _switch(bundle: bytes, next_crt: bytes, next_key: bytes, dns: list[str], ips
             now: datetime, serving_days: int) -> Material:
     """Stage 2: serve from the new CA, which moves to the front; old CAs stay behind it."""
     ca = x509.load_pem_x509_certificates(next_crt)[0]
-    new_der = _der(ca)
-    others = b"".join(cert_to_pem(c) for c in _valid(bundle, now) if _der(c) != new_der)
+    new_der = der(ca)
+    others = b"".join(cert_to_pem(c) for c in _valid(bundle, now) if der(c) != new_der)
     return serve_from(cert_to_pem(ca) + others, ca, key_from_pem(next_key), dns, ips,
                       serving_days)

@@ -32,6 +32,14 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from raykueue.certs.checks import (
+    RENEW_WITHIN,
+    ca_needs_rotation,
+    issued_by,
+    load_bundle,
+    needs_rotation,
+    pair_matches,
+)
 from raykueue.certs.issue import cert_to_pem, not_after
 from raykueue.certs.rotation import (
     CA_CERT,
@@ -39,7 +47,6 @@ from raykueue.certs.rotation import (
     CA_KEY,
     NEXT_CA_CERT,
     NEXT_CA_KEY,
-    RENEW_WITHIN,
     ROTATE_ANNOTATION,
     ROTATION,
     SERVING_DAYS,
@@ -47,12 +54,7 @@ from raykueue.certs.rotation import (
     TLS_KEY,
     Material,
     Stage,
-    ca_needs_rotation,
     issue_material,
-    issued_by,
-    load_bundle,
-    needs_rotation,
-    pair_matches,
     plan,
 )
 from raykueue.kube.resources import Resource

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from raykueue.coexist.selectors import matches
 from raykueue.core import contract as c
+from raykueue.core.selectors import matches
 
 CONFIG_KEY = "controller_manager_config.yaml"
 

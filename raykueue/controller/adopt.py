@@ -35,7 +35,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from raykueue.coexist.selectors import matches, namespace_labels
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
 from raykueue.controller.caches import RAYCLUSTERS, discover_version, workload_resource
@@ -44,6 +43,7 @@ from raykueue.core.objects import Obj, controller_ref, gate_names, labels, metad
 from raykueue.core.podrole import kueue_claims, role_of
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import admitted_whole, is_opted_in, is_stamped, templates
+from raykueue.core.selectors import matches, namespace_labels
 from raykueue.kube import resources as r
 from raykueue.kube.events import NORMAL, WARNING, EventRecorder
 from raykueue.kube.rest import ApiError, Rest

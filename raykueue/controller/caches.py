@@ -14,11 +14,13 @@ import orjson
 
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller.config import ControllerConfig
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, labels
 from raykueue.core.rayobjects import slim_raycluster
 from raykueue.kube import resources as r
+from raykueue.kube.informers import Informers
 from raykueue.kube.rest import Rest
 
 log = logging.getLogger("raykueue.controller")
@@ -145,11 +147,11 @@ def _kind_and_meta(obj: dict[str, Any], shared: tuple[str, ...] = ()) -> dict[st
     return out
 
 
-def slim_workload(obj: dict[str, Any]) -> w.SlimWorkload:
+def slim_workload(obj: dict[str, Any]) -> wm.SlimWorkload:
     """Cache transform: of a Workload, its metadata, its spec without pod templates
     (whether they ask for what the pod asks for is all we need of those, and the
     result carries that), and the status fields above."""
-    if isinstance(obj, w.SlimWorkload):
+    if isinstance(obj, wm.SlimWorkload):
         return obj
     out = _kind_and_meta(obj)
     wl_spec = obj.get("spec")
@@ -165,7 +167,7 @@ def slim_workload(obj: dict[str, Any]) -> w.SlimWorkload:
         if "admission" in status:
             status["admission"] = _shared(status["admission"])
         out["status"] = status
-    return w.SlimWorkload(out, w.pod_sets_fingerprint(obj))
+    return wm.SlimWorkload(out, wm.pod_sets_fingerprint(obj))
 
 
 def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
@@ -193,7 +195,7 @@ def slim_pod(obj: dict[str, Any]) -> p.SlimPod:
                 if isinstance(x, dict) and isinstance(x.get("state"), dict)]
         out["status"] = kept
     buildable = p.is_gated(obj) or bool(labels(obj).get(c.GANG_LABEL))
-    return p.SlimPod(out, w.pod_sizing(obj), orjson.dumps(full) if buildable else None)
+    return p.SlimPod(out, wm.pod_sizing(obj), orjson.dumps(full) if buildable else None)
 
 
 # Of a head pod that may not be ours: whether it is past every gate and alive.
@@ -228,9 +230,13 @@ class Caches:
 
     @classmethod
     def open(cls, rest: Rest, config: ControllerConfig, version: str,
-             make: CacheFactory) -> Caches:
-        """Build the caches (not started: handlers go on first)."""
+             make: CacheFactory, shared: Informers | None = None) -> Caches:
+        """Build the caches (not started: handlers go on first). A watch the process
+        already runs (`shared`: the admission side's RayClusters) is borrowed, not
+        opened a second time; its loan's stop takes the controller's handlers off."""
         ns = config.namespace
+        rayclusters = shared.borrow(RAYCLUSTERS, namespace=ns, transform=slim_raycluster) \
+            if shared is not None else None
         return cls(
             pods=make(rest, r.PODS, namespace=ns,
                       label_selector=f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE}",
@@ -242,7 +248,8 @@ class Caches:
                                                        namespaced=False)),
             heads=make(rest, r.PODS, namespace=ns,
                        label_selector=f"{c.NODE_TYPE_LABEL}={c.ROLE_HEAD}", transform=slim_head),
-            rayclusters=make(rest, RAYCLUSTERS, namespace=ns, transform=slim_raycluster),
+            rayclusters=rayclusters or make(rest, RAYCLUSTERS, namespace=ns,
+                                            transform=slim_raycluster),
         )
 
     @property

@@ -3,7 +3,7 @@
 
 Only the deterministic name (`workload.workload_name`) can be the pod's
 Workload: raykueue never creates another, so any other Workload of ours for
-the pod is a duplicate (or a forgery, see `workload.mismatch`) that `decide`
+the pod is a duplicate (or a forgery, see `workload_match.mismatch`) that `decide`
 finishes rather than trusts. Were each reader to choose on its own, the
 report could call a pod "waiting for quota" because of a duplicate that the
 controller is about to finish.

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from raykueue.controller import placement, removal
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller.actions import (
     CONFLICT_FORGED_WORKLOAD,
     CONFLICT_KUEUE_POD,
@@ -242,7 +243,7 @@ def _with_workload(pod: Obj, wl: Obj, ctx: Context) -> list[Action]:
     name = p.name(wl)
     if p.is_gated(pod):
         # Its status may open the gate: it must be the Workload we would make.
-        why = w.mismatch(wl, pod)
+        why = wm.mismatch(wl, pod)
         if why is not None:
             return [ReportConflict(
                 CONFLICT_FORGED_WORKLOAD,
@@ -339,7 +340,7 @@ def head_admitted(heads: Iterable[tuple[Obj, Obj | None]]) -> bool:
             continue
         if wl is not None and w.pod_uid_of(wl) == p.uid(pod):
             if (w.is_admitted(wl) and not w.is_evicted(wl) and not w.is_finished(wl)
-                    and w.mismatch(wl, pod) is None):
+                    and wm.mismatch(wl, pod) is None):
                 return True
             continue
         if not gate_names(pod):

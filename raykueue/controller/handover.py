@@ -90,5 +90,6 @@ class HandOverEvents:
 
 
 def _regarding(obj: Obj) -> Obj:
-    # The owner caches keep kind and metadata, not always apiVersion (core/rayobjects.slim_raycluster).
+    # The owner caches keep kind and metadata (webhooks/reads.py keep_metadata; the RayClusters'
+    # core/rayobjects.slim_raycluster), not always the apiVersion.
     return {"apiVersion": f"{c.RAY_API_GROUP}/v1", **obj, "kind": str(obj.get("kind") or c.RAYCLUSTER_KIND)}

@@ -65,6 +65,7 @@ from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.podrole import role_of
 from raykueue.kube.cache import WatchCache
+from raykueue.kube.informers import Informers
 from raykueue.kube.rest import ApiError, Rest
 
 log = logging.getLogger("raykueue.controller")
@@ -76,11 +77,14 @@ class Controller:
     def __init__(self, rest: Rest, config: ControllerConfig | None = None,
                  recorder: Recorder | None = None, *,
                  cache_factory: CacheFactory = WatchCache,
+                 shared: Informers | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.rest = rest
         self.config = config or ControllerConfig()
         self.recorder = recorder
         self._cache_factory = cache_factory
+        # The process's running watches (the admission side's), borrowed where they serve.
+        self._shared = shared
         self._clock = clock
         self.version = self.config.workload_version or w.V1BETA2
         self.queue: WorkQueue[QueueKey] = WorkQueue(
@@ -152,7 +156,8 @@ class Controller:
         self.version = version
         log.info("controller starting: Workloads at %s, head_first=%s, %d workers",
                  w.api_version(version), self.config.head_first, self.config.workers)
-        caches = Caches.open(self.rest, self.config, version, self._cache_factory)
+        caches = Caches.open(self.rest, self.config, version, self._cache_factory,
+                             self._shared)
         caches.pods.add_handler(self._on_pod)
         caches.workloads.add_handler(self._on_workload)
         caches.flavors.add_handler(self._on_placement_input)

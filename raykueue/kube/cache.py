@@ -89,6 +89,10 @@ class WatchCache:
         self._lock = threading.Lock()
         self._store: dict[str, dict[str, Obj]] = {}  # namespace -> name -> object
         self._handlers: list[Handler] = []
+        # Held while handlers are called, and while one is added or removed: a
+        # handler added with `replay` sees every change after its replay, and one
+        # removed is not running when `remove_handler` returns.
+        self._dispatch = threading.RLock()
         self._sync_handlers: list[SyncHandler] = []
         self._rv = ""
         self._synced = threading.Event()
@@ -150,10 +154,22 @@ class WatchCache:
         with self._lock:
             return sum(len(objs) for objs in self._store.values())
 
-    def add_handler(self, fn: Handler) -> None:
-        """Register before `start()` to also see the initial list as ADDED."""
-        with self._lock:
-            self._handlers.append(fn)
+    def add_handler(self, fn: Handler, *, replay: bool = False) -> None:
+        """Register before `start()` to also see the initial list as ADDED; with
+        `replay`, what the cache holds now is handed to `fn` as ADDED first, so a
+        handler added to a running cache misses nothing (a change may come twice)."""
+        with self._dispatch:
+            if replay:
+                for obj in self.list():
+                    self._call(fn, ADDED, obj)
+            with self._lock:
+                self._handlers.append(fn)
+
+    def remove_handler(self, fn: Handler) -> None:
+        """`fn` is called no more once this returns (a borrower's term ended)."""
+        with self._dispatch, self._lock:
+            if fn in self._handlers:
+                self._handlers.remove(fn)
 
     def add_sync_handler(self, fn: SyncHandler) -> None:
         """`fn(None)` after every complete list, `fn(error)` after every failure."""
@@ -308,12 +324,16 @@ class WatchCache:
         return self._transform(obj) if self._transform else obj
 
     def _notify(self, event_type: str, obj: Obj) -> None:
-        with self._lock:
-            handlers = tuple(self._handlers)
-        for handler in handlers:
-            try:
-                handler(event_type, obj)
-            except Exception:
-                log.exception("%s: handler %r failed on %s %s/%s", self.resource.plural,
-                              handler, event_type, *key_of(obj))
+        with self._dispatch:
+            with self._lock:
+                handlers = tuple(self._handlers)
+            for handler in handlers:
+                self._call(handler, event_type, obj)
+
+    def _call(self, handler: Handler, event_type: str, obj: Obj) -> None:
+        try:
+            handler(event_type, obj)
+        except Exception:
+            log.exception("%s: handler %r failed on %s %s/%s", self.resource.plural,
+                          handler, event_type, *key_of(obj))
 

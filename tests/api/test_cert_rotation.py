@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 import devstack
+from raykueue.certs import checks
 from raykueue.certs import rotation as r
 from raykueue.certs.issue import cert_to_pem
 from raykueue.core import contract as c
@@ -257,9 +258,9 @@ def start_rig(api_stack: devstack.Stack, ns: str, tmp_path: Path, cleanup: list[
         cleanup.append(replica.stop)
         replicas.append(replica.start())  # the first waits for its own (leader's) Secret
     old_ca = secret_data(api_stack.api, ns, secret)["ca.crt"]
-    assert len(r.load_bundle(old_ca)) == 1
+    assert len(checks.load_bundle(old_ca)) == 1
     for replica in replicas:
-        assert r.issued_by(served_leaf(replica.port), old_ca)
+        assert checks.issued_by(served_leaf(replica.port), old_ca)
 
     proxy = RoundRobinProxy([replica.port for replica in replicas]).start()
     cleanup.append(proxy.close)
@@ -292,18 +293,18 @@ def test_ca_rotation_under_load_fails_no_admission(
 
     def new_ca_everywhere() -> bytes | None:
         data = secret_data(api, ns, secret)
-        signing = r.load_bundle(data["ca.crt"])[0]
+        signing = checks.load_bundle(data["ca.crt"])[0]
         signing_pem = cert_to_pem(signing)
         if signing_pem == old_ca:
             return None
         leaves = [served_leaf(replica.port) for replica in replicas]
         bundles = [ca_bundle(api, MUTATING), ca_bundle(api, VALIDATING)]
         for leaf in leaves:
-            if r.issued_by(leaf, signing_pem) and not all(
-                    r.bundle_contains(b, signing_pem) for b in bundles):
+            if checks.issued_by(leaf, signing_pem) and not all(
+                    checks.bundle_contains(b, signing_pem) for b in bundles):
                 seen_untrusted.append("a replica served the new CA's certificate before the "
                                       "caBundle trusted it")
-        if all(r.issued_by(leaf, signing_pem) for leaf in leaves):
+        if all(checks.issued_by(leaf, signing_pem) for leaf in leaves):
             return signing_pem
         return None
 
@@ -335,7 +336,7 @@ def test_ca_rotation_under_load_fails_no_admission(
     assert at_rotation_end - before_rotation > 0
     assert all(count > 0 for count in per_replica), per_replica
     # The old CA stays trusted behind the new one; no staged CA is left over.
-    bundle = [cert_to_pem(x) for x in r.load_bundle(final["ca.crt"])]
+    bundle = [cert_to_pem(x) for x in checks.load_bundle(final["ca.crt"])]
     assert bundle == [new_ca, old_ca]
     assert "next-ca.crt" not in final
     assert ca_bundle(api, MUTATING) == final["ca.crt"] == ca_bundle(api, VALIDATING)
@@ -400,7 +401,7 @@ def test_only_the_leader_writes_and_it_repairs_the_ca_bundle(
     wait_for(lambda: readyz(replica)[0] == 200, timeout=60,
              message=lambda: f"the replica to serve the Secret; log:\n{replica.logs()}")
     served = secret_data(api, ns, secret)
-    assert r.issued_by(served_leaf(replica.port), served["ca.crt"])
+    assert checks.issued_by(served_leaf(replica.port), served["ca.crt"])
 
     extra = r.issue_material(["extra"], []).ca_cert
     for round_ in range(3):
@@ -457,16 +458,16 @@ def test_serving_pair_waits_for_a_lagging_ca_bundle(
     lag_until = load.requests + 150
     while load.requests < lag_until and not load.stop.is_set():
         for replica in rig.replicas:
-            assert r.issued_by(served_leaf(replica.port), rig.old_ca)
+            assert checks.issued_by(served_leaf(replica.port), rig.old_ca)
         assert "next-ca.crt" in secret_data(api, ns, rig.secret)
         target = min(lag_until, load.requests + 10)
         wait_for(lambda t=target: load.requests >= t, timeout=60, message="more admissions")
     assert load.failures == [], load.failures[:5]
 
     bundle = secret_data(api, ns, rig.secret)["ca.crt"]
-    assert r.bundle_contains(bundle, staged)
+    assert checks.bundle_contains(bundle, staged)
     devstack.register_webhooks(api_stack.kubeconfig, rig.proxy.url, bundle)
-    wait_for(lambda: all(r.issued_by(served_leaf(x.port), staged) for x in rig.replicas),
+    wait_for(lambda: all(checks.issued_by(served_leaf(x.port), staged) for x in rig.replicas),
              timeout=120, message="both replicas to move to the new CA once it is trusted")
     at_switch = load.requests
     wait_for(lambda: load.requests >= at_switch + 30 or load.stop.is_set(), timeout=120,

@@ -21,6 +21,7 @@ import copy
 import pytest
 
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller.explain import explain_pod
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS, crd
@@ -145,7 +146,7 @@ def test_a_running_pods_workload_deleted_by_hand_gets_a_new_one_never_a_delete(
     again = wait_for(lambda: (x := workload_of(admin, pod)) and x["metadata"]["uid"] !=
                      first["metadata"]["uid"] and x, timeout=30,
                      message="a new Workload for the running pod")
-    assert w.pod_uid_of(again) == pod["metadata"]["uid"] and w.mismatch(again, live(admin, pod)) is None
+    assert w.pod_uid_of(again) == pod["metadata"]["uid"] and wm.mismatch(again, live(admin, pod)) is None
     still = live(admin, pod)
     assert still["metadata"]["uid"] == pod["metadata"]["uid"]
     assert not still["metadata"].get("deletionTimestamp"), "the pod is never deleted for it"

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
 from raykueue.kube.rest import ApiError, Rest
@@ -183,7 +184,7 @@ def test_a_forged_workload_with_our_name_does_not_lift_the_gate(
     alice.delete(WORKLOADS.path(ns, forged["metadata"]["name"]))
     real = wait_for(lambda: (x := workload_of(admin, pod)) and x["metadata"]["uid"] != forged[
         "metadata"]["uid"] and x, timeout=30, message="raykueue's own Workload")
-    assert w.mismatch(real, pod) is None
+    assert wm.mismatch(real, pod) is None
     kueue_status(admin, real, scope)
     wait_for(lambda: gates(live(admin, pod)) == [], timeout=30, message="the gate to be lifted")
 

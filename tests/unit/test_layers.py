@@ -39,11 +39,6 @@ FLOOR = {"core": 0, "kube": 0, "webhooks": 0, "coexist": 1, "certs": 1, "control
          "uninstall": 1, "app": 2}
 
 MAX_LINES = 400
-# Files over the limit today that other helpers of the same round are splitting;
-# the lead removes each entry once that work is merged.
-KNOWN_LONG: dict[str, str] = {
-    "raykueue/certs/rotation.py": "unowned this round (certificate rotation)",
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -174,15 +169,7 @@ def _lines(path: Path) -> int:
 @pytest.mark.parametrize("path", sorted(MODULES.values()), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_product_file_is_over_400_lines(path: Path) -> None:
     relative = str(path.relative_to(ROOT))
-    if relative in KNOWN_LONG:
-        pytest.skip(f"known over {MAX_LINES} lines, being split by {KNOWN_LONG[relative]}")
     assert _lines(path) <= MAX_LINES, f"{relative}: {_lines(path)} lines; split it by what it does"
-
-
-def test_known_exceptions_are_still_needed() -> None:
-    """An exception whose file shrank (or went) is removed, so the list only shrinks."""
-    stale = [f for f in KNOWN_LONG if not (ROOT / f).exists() or _lines(ROOT / f) <= MAX_LINES]
-    assert not stale, f"remove from KNOWN_LONG: {stale}"
 
 
 # Comments say why, not which issue asked: the issue's text is not in the code.

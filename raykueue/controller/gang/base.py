@@ -19,6 +19,7 @@ from typing import Any
 
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller import workload_status as ws
 from raykueue.controller.gang import rule as g
 from raykueue.core import contract as c
@@ -113,16 +114,16 @@ def build_base(name: str, head: Obj, oldest: Mapping[str, Obj], mins: Mapping[st
 
 def pod_set_sizings(wl: Obj) -> dict[str, str]:
     """Each podSet's sizing fingerprint by podSet name, from a whole or a slimmed Workload."""
-    found = w.pod_sets_fingerprint(wl)
-    if found.startswith(w.SETS_PREFIX):
-        value = json.loads(found[len(w.SETS_PREFIX):])
+    found = wm.pod_sets_fingerprint(wl)
+    if found.startswith(wm.SETS_PREFIX):
+        value = json.loads(found[len(wm.SETS_PREFIX):])
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
     return {w.POD_SET: found} if found else {}
 
 
 def fits(pod: Obj, base: Obj) -> bool:
     """Whether the base's podSet for the pod's group requests what the pod requests."""
-    return pod_set_sizings(base).get(group_of(pod)) == w.pod_sizing(pod)
+    return pod_set_sizings(base).get(group_of(pod)) == wm.pod_sizing(pod)
 
 
 def mismatch(base: Obj, head: Obj, released: Sequence[Obj]) -> str | None:

@@ -16,7 +16,7 @@ class FlakyController:
 
     starts = 0
 
-    def __init__(self, *_args: object) -> None:
+    def __init__(self, *_args: object, **_kwargs: object) -> None:
         FlakyController.starts += 1
         self.attempt = FlakyController.starts
 

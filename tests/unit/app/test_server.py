@@ -10,12 +10,12 @@ import httpx
 import orjson
 import pytest
 
-from raykueue.app.lookup import ClusterView
 from raykueue.app.runtime import mutate_with, policy_from, validate_with
 from raykueue.app.server import Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
 from raykueue.webhooks.admit import Outcome
+from raykueue.webhooks.reads import ClusterView
 from testkit import reviews as rv
 
 LIMIT = 64 * 1024

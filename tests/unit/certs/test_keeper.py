@@ -7,6 +7,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from raykueue.certs import checks
 from raykueue.certs import rotation as r
 from raykueue.certs.keeper import SecretCertKeeper, placeholder_pair
 from raykueue.certs.serving import ServingContext
@@ -128,7 +129,7 @@ def test_leader_switches_only_after_both_configurations_trusted_for_the_settle_t
     clock.t = 106.5
     k.tick()
     switched = api.stored()
-    assert r.issued_by(switched["tls.crt"], staged["next-ca.crt"])
+    assert checks.issued_by(switched["tls.crt"], staged["next-ca.crt"])
     assert served.tls_crt() == switched["tls.crt"]
     assert api.bundle(MUTATING) == switched["ca.crt"]
 
@@ -154,7 +155,7 @@ def test_a_new_leader_carries_on_from_the_stage_in_the_secret() -> None:
     clock.t = 15.5
     successor.tick()
     switched = api.stored()
-    assert r.issued_by(switched["tls.crt"], staged["next-ca.crt"])
+    assert checks.issued_by(switched["tls.crt"], staged["next-ca.crt"])
     assert r.ROTATION not in switched and "next-ca.crt" not in switched
 
 
@@ -180,9 +181,9 @@ def test_loop_survives_api_errors(tmp_path: Path) -> None:
 
 def test_placeholder_is_self_signed_throwaway_and_servable() -> None:
     cert, key = placeholder_pair(["svc.example"], [])
-    assert r.pair_matches(cert, key)
+    assert checks.pair_matches(cert, key)
     # Its CA is gone: nothing the API server trusts, nothing to inject.
-    assert not r.issued_by(cert, cert)
+    assert not checks.issued_by(cert, cert)
     serving = ServingContext.from_pem(cert, key)
     assert serving.loaded and serving.not_after is not None
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cryptography import x509
 
+from raykueue.certs import checks
 from raykueue.certs import rotation as r
 from raykueue.certs.issue import cert_to_pem
 
@@ -60,7 +61,7 @@ def test_pending_rotation_waits_for_trust_then_switches() -> None:
     assert w is not None and switched.pending_ca is None
     assert w.next_ca_cert is None and w.next_ca_key is None
     assert cas(w.ca_cert) == [staged.next_ca_cert, m.ca_cert]
-    assert r.issued_by(w.tls_cert, staged.next_ca_cert)
+    assert checks.issued_by(w.tls_cert, staged.next_ca_cert)
     assert w.ca_key == staged.next_ca_key
     assert r.plan(stored(w), DNS, IPS, now()).write is None
 
@@ -95,7 +96,7 @@ def test_serving_request_reissues_from_the_same_ca() -> None:
     w = step.write
     assert w is not None and step.clear_request and step.pending_ca is None
     assert w.ca_cert == m.ca_cert and w.tls_cert != m.tls_cert
-    assert r.issued_by(w.tls_cert, m.ca_cert)
+    assert checks.issued_by(w.tls_cert, m.ca_cert)
 
 
 def test_unknown_request_is_dropped_without_rotating() -> None:
@@ -142,11 +143,11 @@ def test_a_served_certificate_is_always_trusted_first(first_request: str | None)
     for i, request in enumerate(requests * 2):
         pending = secret.get(r.NEXT_CA_CERT)
         step = r.plan(secret, DNS, IPS, now(), request=request,
-                      pending_trusted=bool(pending) and r.bundle_contains(trusted, pending))
+                      pending_trusted=bool(pending) and checks.bundle_contains(trusted, pending))
         if step.write is not None:
             new = step.write.fields()
             # The invariant: what is served is signed by a CA the API server trusts already.
-            assert any(r.issued_by(new[r.TLS_CERT], ca) for ca in cas(trusted)), i
+            assert any(checks.issued_by(new[r.TLS_CERT], ca) for ca in cas(trusted)), i
             switches += new[r.TLS_CERT] != secret[r.TLS_CERT]
             secret = new
         if i % 2:
@@ -176,7 +177,7 @@ def test_settle_stage_is_recorded_kept_and_reset_in_the_secret() -> None:
     done = r.plan(stored(w), DNS, IPS, t0 + timedelta(seconds=6), pending_trusted=True,
                   settle=settle).write
     assert done is not None and done.rotation is None
-    assert r.issued_by(done.tls_cert, staged.next_ca_cert)
+    assert checks.issued_by(done.tls_cert, staged.next_ca_cert)
 
 
 def test_an_unreadable_stage_counts_as_untrusted() -> None:

@@ -19,8 +19,8 @@ import pytest
 from cryptography import x509
 
 from raykueue.certs import secret as s
+from raykueue.certs.checks import pair_matches
 from raykueue.certs.issue import cert_to_pem, key_to_pem, new_ca, new_serving_cert
-from raykueue.certs.rotation import pair_matches
 from raykueue.kube.rest import ApiError
 from testkit.certfiles import ensure_secret_certs, write_cert_files
 from testkit.unit.certs_secret import DNS, NAME, NS, PATH, FakeSecrets, ensure

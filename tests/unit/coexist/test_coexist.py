@@ -9,8 +9,8 @@ import yaml
 
 from raykueue.coexist.findings import KINDS, findings, unread
 from raykueue.coexist.kueueconfig import ASSUMED, SHIPPED_FRAMEWORKS, BadConfig, parse, read_configuration
-from raykueue.coexist.selectors import matches
 from raykueue.core import contract as c
+from raykueue.core.selectors import matches
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 

@@ -9,6 +9,7 @@ import pytest
 from raykueue.controller import actions as a
 from raykueue.controller import decide as d
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller import workload_status as ws
 from raykueue.core import contract as c
 from testkit import controller_objects as o
@@ -95,7 +96,7 @@ def test_a_running_pod_of_ours_without_a_workload_gets_one_never_a_delete(role):
         assert w.priority_class_name(create.body) == wanted
         assert create.body["spec"]["priority"] == PRIORITIES[wanted]
         # What decide builds is what it later trusts: the same Workload, no mismatch.
-        assert w.mismatch(create.body, pod) is None
+        assert wm.mismatch(create.body, pod) is None
 
 
 def test_a_running_worker_waits_for_its_heads_admission_before_its_workload():

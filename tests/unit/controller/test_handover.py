@@ -163,7 +163,7 @@ class Recorder:
 
 
 def cached(obj: dict[str, Any], uid: str = "u1", kind: str = "RayCluster") -> dict[str, Any]:
-    """As the owner caches keep it (app/lookup.py keep_metadata): kind and metadata."""
+    """As the owner caches keep it (webhooks/reads.py keep_metadata): kind and metadata."""
     meta = {**obj["metadata"], "uid": uid}
     return {"kind": kind, "metadata": meta}
 

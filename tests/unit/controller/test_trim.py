@@ -23,6 +23,7 @@ from raykueue.controller import explain as e
 from raykueue.controller import pods as p
 from raykueue.controller import stuck
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller.caches import slim_pod, slim_workload
 from raykueue.controller.facts import Facts
 from raykueue.controller.gang import base as gb
@@ -72,7 +73,7 @@ def test_a_trimmed_gated_pod_still_builds_the_same_workload(role: str):
     slim = slim_pod(copy.deepcopy(whole))
     assert p.is_gated(slim) and "containers" not in slim["spec"]
     assert w.build_workload(slim, w.Priority("x", 1)) == w.build_workload(whole, w.Priority("x", 1))
-    assert w.pod_sizing(slim) == w.pod_sizing(whole)
+    assert wm.pod_sizing(slim) == wm.pod_sizing(whole)
     assert slim_pod(slim) is slim  # applied again to our writes' results
 
 
@@ -98,7 +99,7 @@ def test_a_trimmed_workload_keeps_what_decisions_read_and_drops_the_rest():
     assert (w.queue_name(slim), w.priority_class_name(slim), w.priority_value(slim)) == (
         w.queue_name(whole), w.priority_class_name(whole), w.priority_value(whole))
     assert w.owner_pod(slim) == w.owner_pod(whole) and w.is_ours(slim)
-    assert w.mismatch(slim, pod) is None
+    assert wm.mismatch(slim, pod) is None
     admitted = o.workload(pod, "admitted")
     assert slim_workload(copy.deepcopy(admitted))["status"]["admission"] == (
         admitted["status"]["admission"])

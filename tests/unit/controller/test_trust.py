@@ -15,6 +15,7 @@ from raykueue.controller import actions as a
 from raykueue.controller import decide as d
 from raykueue.controller import pods as p
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller.caches import slim_workload
 from testkit import controller_objects as o
 from testkit.unit.controller_decide import ctx
@@ -39,7 +40,7 @@ def lifts(actions) -> bool:
 def test_our_own_workload_matches_its_pod_and_lifts():
     pod = o.pod()
     wl = o.workload(pod, "admitted")
-    assert w.mismatch(wl, pod) is None
+    assert wm.mismatch(wl, pod) is None
     assert lifts(d.decide(pod, [wl], ctx()))
 
 
@@ -47,8 +48,8 @@ def test_a_slimmed_cached_workload_still_matches():
     pod = o.pod()
     wl = slim_workload(o.workload(pod, "admitted"))
     assert "template" not in wl["spec"]["podSets"][0]
-    assert w.mismatch(wl, pod) is None
-    assert w.mismatch(slim_workload(wl), pod) is None  # idempotent: applied twice on our writes
+    assert wm.mismatch(wl, pod) is None
+    assert wm.mismatch(slim_workload(wl), pod) is None  # idempotent: applied twice on our writes
 
 
 def test_smaller_requests_than_the_pod_keep_the_gate():
@@ -57,7 +58,7 @@ def test_smaller_requests_than_the_pod_keep_the_gate():
     container = wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]
     container["resources"] = {"requests": {"cpu": "1m"}}
     for shape in (wl, slim_workload(copy.deepcopy(wl))):
-        assert "request" in (w.mismatch(shape, pod) or "")
+        assert "request" in (wm.mismatch(shape, pod) or "")
         actions = d.decide(pod, [shape], ctx())
         assert not lifts(actions)
         conflict = next(x for x in actions if isinstance(x, a.ReportConflict))
@@ -75,7 +76,7 @@ def test_smaller_requests_than_the_pod_keep_the_gate():
 def test_other_queue_priority_or_pod_set_shape_keep_the_gate(path, value, why):
     pod = o.pod()
     wl = forged(pod, **{path: value})
-    assert why in (w.mismatch(wl, pod) or "")
+    assert why in (wm.mismatch(wl, pod) or "")
     assert not lifts(d.decide(pod, [wl], ctx()))
 
 
@@ -93,7 +94,7 @@ def test_owner_reference_by_label_only_is_not_enough():
     # lives beside Kueue's pod reconciler); the uid label alone still names it.
     wl["metadata"]["ownerReferences"] = []
     assert w.pod_uid_of(wl) == pod["metadata"]["uid"]
-    assert "owner" in (w.mismatch(wl, pod) or "")
+    assert "owner" in (wm.mismatch(wl, pod) or "")
     assert not lifts(d.decide(pod, [wl], ctx()))
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from raykueue.controller import kueue_admission as adm
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.controller import workload_status as ws
 from raykueue.core import contract as c
 from testkit import controller_objects as o
@@ -252,4 +253,4 @@ def test_a_workload_made_with_a_controller_reference_still_belongs_to_its_pod():
     assert w.owner_pod(wl) == (pod["metadata"]["name"], pod["metadata"]["uid"])
     wl["metadata"]["ownerReferences"][0]["controller"] = True
     assert w.owner_pod(wl) == (pod["metadata"]["name"], pod["metadata"]["uid"])
-    assert w.mismatch(wl, pod) is None
+    assert wm.mismatch(wl, pod) is None

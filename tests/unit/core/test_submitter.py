@@ -17,6 +17,7 @@ import pytest
 
 from raykueue.controller import caches
 from raykueue.controller import workload as w
+from raykueue.controller import workload_match as wm
 from raykueue.core import contract as c
 from raykueue.core import submitter
 from raykueue.webhooks.rayobjects import Stage
@@ -150,9 +151,9 @@ def test_the_whole_way_from_the_rayjob_to_the_heads_workload() -> None:
     assert reserved == {"name": "submitter", "count": 1, "template": {"spec": DEFAULT}}
     # One Workload, one priority: the submitter's slot is admitted (or preempted) with its head.
     assert wl["spec"]["priority"] == 100
-    assert w.mismatch(wl, head) is None
-    assert w.mismatch(wl, caches.slim_pod(head)) is None  # as the controller's cache holds it
-    assert w.mismatch(caches.slim_workload(wl), caches.slim_pod(head)) is None
+    assert wm.mismatch(wl, head) is None
+    assert wm.mismatch(wl, caches.slim_pod(head)) is None  # as the controller's cache holds it
+    assert wm.mismatch(caches.slim_workload(wl), caches.slim_pod(head)) is None
 
 
 def test_a_workload_without_the_submitters_slot_is_not_the_heads() -> None:
@@ -160,10 +161,10 @@ def test_a_workload_without_the_submitters_slot_is_not_the_heads() -> None:
     head = head_pod_from(through(kuberay_cluster_of(rayjob), Stage.FIRST))
     forged = w.build_workload(head, HEAD)
     forged["spec"]["podSets"] = forged["spec"]["podSets"][:1]
-    assert w.mismatch(forged, head) == "its podSets do not request what the pod requests"
+    assert wm.mismatch(forged, head) == "its podSets do not request what the pod requests"
     smaller = w.build_workload(head, HEAD)
     smaller["spec"]["podSets"][1]["template"]["spec"]["containers"][0]["resources"] = {}
-    assert w.mismatch(smaller, head) == "its podSets do not request what the pod requests"
+    assert wm.mismatch(smaller, head) == "its podSets do not request what the pod requests"
 
 
 def test_a_head_template_keeps_no_slot_its_cluster_does_not_carry() -> None:
@@ -190,7 +191,7 @@ def test_a_value_that_is_no_pod_spec_reserves_nothing(value: str) -> None:
     head = o.pod(c.ROLE_HEAD)
     head["metadata"].setdefault("annotations", {})[c.SUBMITTER_ANNOTATION] = value
     assert len(w.build_workload(head, HEAD)["spec"]["podSets"]) == 1
-    assert w.mismatch(w.build_workload(head, HEAD), head) is None
+    assert wm.mismatch(w.build_workload(head, HEAD), head) is None
 
 
 def test_only_a_head_reserves_a_submitter() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from raykueue.app.lookup import keep_metadata
+from raykueue.controller.caches import slim_raycluster
 from raykueue.core import contract as c
 from raykueue.webhooks.classify import PodContext
 from testkit import reviews as rv
@@ -27,14 +27,15 @@ def _cluster(gang: str | None, groups: list[dict[str, Any]] | None = None) -> di
         {"groupName": "small", "minReplicas": 4, "replicas": 6, "template": {"big": "x" * 100}},
         {"groupName": "multi", "minReplicas": 2, "numOfHosts": 2},
         {"groupName": "idle", "minReplicas": 0}]}}
-    return keep_metadata(c.RAYCLUSTER_KIND)(full)
+    # As the one RayCluster watch keeps it, which the webhook and the controller share.
+    return slim_raycluster(full)
 
 
 def test_the_cache_keeps_only_the_worker_groups_sizes() -> None:
     kept = _cluster("true")
     assert kept["spec"] == {"workerGroupSpecs": [
-        {"groupName": "small", "minReplicas": 4}, {"groupName": "multi", "minReplicas": 2,
-                                                   "numOfHosts": 2},
+        {"groupName": "small", "minReplicas": 4},
+        {"groupName": "multi", "minReplicas": 2, "numOfHosts": 2},
         {"groupName": "idle", "minReplicas": 0}]}
 
 

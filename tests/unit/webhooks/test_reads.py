@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from raykueue.app.lookup import ClusterView, keep_metadata
 from raykueue.coexist.kueueconfig import KueueSetup
 from raykueue.core import contract as c
+from raykueue.webhooks.reads import ClusterView, keep_metadata
 from testkit import reviews as rv
 
 
@@ -55,11 +55,11 @@ def test_default_local_queue_is_seen() -> None:
 
 
 def test_keep_metadata_keeps_what_rules_and_watches_need() -> None:
-    full = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": {"big": "x" * 1000},
+    full = {"apiVersion": "ray.io/v1", "kind": "RayJob", "spec": {"big": "x" * 1000},
             "metadata": {"name": "a", "namespace": "n", "resourceVersion": "7", "labels": {"l": "1"},
                          "annotations": {"x": "y"}, "managedFields": [{}]}}
-    kept = keep_metadata("RayCluster")(full)
-    assert kept == {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {
+    kept = keep_metadata("RayJob")(full)
+    assert kept == {"kind": "RayJob", "metadata": {
         "name": "a", "namespace": "n", "resourceVersion": "7", "labels": {"l": "1"},
         "annotations": {"x": "y"}}}
 

@@ -1,8 +1,10 @@
-"""The admission webhook's view of the cluster: owners, LocalQueues, PriorityClasses, namespaces.
+"""The admission side's reads: owners, LocalQueues, PriorityClasses, namespaces.
 
-Everything is read from watch-backed caches so that answering a review never
-waits on the API server. Without a cluster the view is empty and the webhook
-decides from the pod alone.
+The counterpart of controller/reads.py: it turns the caches it is given into
+the `Context` and `Facts` the pure decisions (`classify`, `rayobjects`) take,
+so `app/` only wires. Everything is read from watch-backed caches handed in as
+arguments, so that answering a review never waits on the API server. Without
+a cluster the view is empty and the webhook decides from the pod alone.
 """
 
 from __future__ import annotations
@@ -10,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from raykueue.coexist.kueueconfig import KueueSetup
-from raykueue.coexist.selectors import namespace_labels
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, Obj, labels
-from raykueue.core.rayobjects import ray_owner, slim_raycluster
+from raykueue.core.rayobjects import ray_owner
+from raykueue.core.selectors import namespace_labels
 from raykueue.webhooks.classify import PodContext
 from raykueue.webhooks.rayrules import NamespaceFacts
 
@@ -29,11 +30,20 @@ class Store(Protocol):
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None: ...
 
 
+class KueueSetup(Protocol):
+    """What the reads ask of Kueue's setup as coexist/ reads it (coexist.kueueconfig)."""
+
+    manage_jobs_without_queue_name: bool
+
+    @property
+    def ray_kinds(self) -> frozenset[str]: ...
+
+    def manages_unqueued_in(self, namespace: Mapping[str, str]) -> bool: ...
+
+
 def keep_metadata(kind: str):
-    """Transform for owner caches: kind and metadata; a RayCluster as every cache of
-    ours keeps it (core/rayobjects.slim_raycluster: a gang's base, docs/GANG.md)."""
-    if kind == c.RAYCLUSTER_KIND:
-        return slim_raycluster
+    """Transform for owner caches but the RayClusters' (which keep the shape the
+    controller reads too, core/rayobjects.slim_raycluster): kind and metadata."""
 
     def transform(obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.get("metadata") or {}
