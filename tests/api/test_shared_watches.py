@@ -12,8 +12,8 @@ import re
 from raykueue.kube.client import load_api_client
 from raykueue.kube.rest import Rest
 from testkit.servers import sole_leader, start_replicas
+from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
-from tests.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 RAY_KINDS = ("rayclusters", "rayjobs", "rayservices")
 CONTROLLER_WATCHES = {"pods": 2, "workloads": 1, "resourceflavors": 1, "workloadpriorityclasses": 1}
