@@ -4,7 +4,8 @@
 autoscalers, drivers) and watches them for the whole of it: peak memory,
 sockets off 127.0.0.1, processes that died on their own. `RayClusterRunner`
 follows one RayCluster's pods through the API server: once the head pod is
-Running it starts a Ray head standing in for it, then the autoscaler; for
+Running it starts a Ray head standing in for it, then the autoscaler (when the
+head pod has its sidecar: KubeRay's in-tree autoscaling is on); for
 each worker pod kwok reports Running, a Ray worker; when that pod goes (or
 stops running), SIGTERM to that worker's own pid; when the head pod goes, the
 same for all of them. Given the stack's dashboard routes, the head also stands
@@ -197,6 +198,9 @@ class RayClusterRunner:
         self.gcs_port = 0
         self.dashboard_port = 0
         self.autoscaler: RayProcess | None = None
+        # Workers join once the head is up: with the autoscaler running, or at once for a
+        # cluster without KubeRay's in-tree autoscaling (no autoscaler container to stand in for).
+        self.ready = False
         self.workers: dict[str, RayProcess] = {}  # pod name -> its Ray worker
         self.stopping: list[RayProcess] = []
         self.attempts: dict[str, int] = {}  # pod name -> starts of its Ray worker
@@ -224,7 +228,7 @@ class RayClusterRunner:
                 proc.stop()
 
     def head_ready(self) -> bool:
-        return self.autoscaler is not None
+        return self.ready
 
     # ---- the loop ----------------------------------------------------------------------
     def _loop(self) -> None:
@@ -253,11 +257,11 @@ class RayClusterRunner:
         if self.head is not None:
             if started(self.head):
                 self._route()
-            if self.autoscaler is None:
+            if not self.ready:
                 self._maybe_start_autoscaler(heads)
-            else:
+            elif self.autoscaler is not None:
                 self._watch(self.autoscaler)
-        if self.autoscaler is None:
+        if not self.ready:
             return  # workers join a head that is up
         for name, pod in running.items():
             if name not in self.workers and pod["metadata"]["labels"].get("ray.io/node-type") == "worker" \
@@ -291,6 +295,7 @@ class RayClusterRunner:
                 self.stopping.append(proc)
         self.workers.clear()
         self.head = self.autoscaler = None
+        self.ready = False
         self.head_pod = None
         self.heads_stopped += 1
 
@@ -349,6 +354,9 @@ class RayClusterRunner:
         pod = next((p for p in heads if p["metadata"]["name"] == self.head_pod), None)
         if pod is None:
             return
+        if not any(ctr["name"] == ray_autoscaler.AUTOSCALER_CONTAINER for ctr in pod["spec"]["containers"]):
+            self.ready = True
+            return
         creds = ray_autoscaler.credentials(
             self.ca, self.tier.root / f"{self.cluster}-creds", self.namespace,
             pod["spec"].get("serviceAccountName") or self.cluster)
@@ -357,6 +365,7 @@ class RayClusterRunner:
             f"{self.cluster}-autoscaler",
             ray_autoscaler.argv(self.cluster, self.namespace, self.gcs_address),
             ray_autoscaler.env(pod, self.api.server, self.api.ca_file, creds, metric_port))
+        self.ready = True
 
     def _start_worker(self, pod: dict) -> None:
         name = pod["metadata"]["name"]
