@@ -2,7 +2,7 @@
 
 The e2e stack runs pods on kwok: nothing listens behind a head pod. KubeRay's
 RayService controller still needs, for each of its RayClusters whose head pod is
-Running and Ready, the head's dashboard (through devstack/dashboard_proxy.py): it
+Running and Ready, the head's dashboard (through devstack/ray/dashboard_proxy.py): it
 PUTs the Serve config to `/api/serve/applications/` and switches traffic to a
 cluster only once `GET /api/serve/applications/?api_type=declarative` lists every
 application RUNNING (ray-operator v1.6 `reconcileServe`, `getAndCheckServeStatus`).
