@@ -305,6 +305,14 @@ def _cannot_opt_in(obj: Obj, facts: Facts) -> Refused | None:
     return None
 
 
+# Everything KubeRay's RayJob validation (utils.ValidateRayJobSpec, v1.6.0) asks of
+# SidecarMode, said wherever raykueue advises it, so that following the advice does
+# not meet a KubeRay error next.
+_SIDECAR = ("SidecarMode (the submitter runs in the head pod and is counted with it; KubeRay "
+            "then refuses spec.submitterPodTemplate, spec.submitterConfig and "
+            "spec.clusterSelector, and needs the head template's restartPolicy Never or unset)")
+
+
 def _submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
     """A RayJob's submitter pod runs only on quota its head's Workload reserved (core/submitter.py).
 
@@ -331,15 +339,14 @@ def _submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
         return Refused(
             f"{what} asks for gang start ({c.GANG_ANNOTATION}: \"true\") and submits its job in "
             "K8sJobMode (KubeRay's default when spec.submissionMode is unset), whose submitter pod "
-            "a gang's Workload does not reserve. Set spec.submissionMode: HTTPMode (no pod), or "
-            "SidecarMode (the submitter runs in the head pod, counted with it; KubeRay then "
-            "refuses spec.submitterPodTemplate and spec.submitterConfig and needs the head "
-            "template's restartPolicy Never or unset), or remove the gang annotation to admit the "
+            f"a gang's Workload does not reserve. Set spec.submissionMode: HTTPMode (no pod), or "
+            f"{_SIDECAR}, or remove the gang annotation to admit the "
             "cluster pod by pod, whose head reserves the submitter's quota")
     if old is None or submitter.encode(now) == submitter.encode(submitter.pod_spec(old)):
         return None
     if _get(old, _SUSPEND[c.RAYJOB_KIND]) is True and _get(obj, _SUSPEND[c.RAYJOB_KIND]) is True:
         return None  # no cluster: the next one is made from the new spec
+    needs = f" (for {_SIDECAR})" if submitter.mode(obj) == c.SIDECAR_MODE else ""
     return Refused(
         f"what the submitter of {what} costs may not change while it runs (spec.submissionMode "
         f"{submitter.mode(old)} -> {submitter.mode(obj)}, or spec.submitterPodTemplate): its head's "
@@ -348,7 +355,7 @@ def _submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
         "SidecarMode: none), so the running cluster would start a submitter nobody reserved "
         "quota for. Suspend it first (spec.suspend: true, which KubeRay allows only with "
         "spec.shutdownAfterJobFinishes: true; its cluster and submitter are deleted), make the "
-        "change in another update, then resume it (spec.suspend: false)")
+        f"change in another update{needs}, then resume it (spec.suspend: false)")
 
 
 def _head_priority_on_a_worker(obj: Obj, old: Obj | None, policy: RayObjectPolicy) -> Refused | None:
