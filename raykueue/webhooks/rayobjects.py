@@ -278,7 +278,8 @@ def _opt_in_change(obj: Obj, old: Obj, was: str | None, now: str | None) -> Refu
                        "this one")
     if _get(old, _SUSPEND[kind]) is True and _get(obj, _SUSPEND[kind]) is True:
         return None
-    return Refused(f"{change}. Suspend it first (spec.suspend: true; its pods are deleted), change "
+    suspend = _RAYJOB_SUSPEND if kind == c.RAYJOB_KIND else "spec.suspend: true; its pods are deleted"
+    return Refused(f"{change}. Suspend it first ({suspend}), change "
                    "the annotation in another update, then resume it")
 
 
@@ -303,6 +304,11 @@ def _cannot_opt_in(obj: Obj, facts: Facts) -> Refused | None:
                        "another cluster as one Workload, not pod by pod here. Remove spec.managedBy, "
                        f"or remove {c.STANDALONE_ANNOTATION} to leave it to Kueue")
     return None
+
+
+# How a RayJob is suspended as KubeRay's validation (v1.6.0) allows it.
+_RAYJOB_SUSPEND = ("spec.suspend: true, which KubeRay allows only with spec.shutdownAfterJobFinishes: "
+                   "true and without spec.clusterSelector; its cluster and submitter are deleted")
 
 
 # Everything KubeRay's RayJob validation (utils.ValidateRayJobSpec, v1.6.0) asks of
@@ -353,8 +359,7 @@ def _submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
         "Workload reserved the submitter's quota when it was admitted (K8sJobMode: the submitter "
         "pod's requests, KubeRay's default 500m CPU / 200Mi; HTTPMode, InteractiveMode, "
         "SidecarMode: none), so the running cluster would start a submitter nobody reserved "
-        "quota for. Suspend it first (spec.suspend: true, which KubeRay allows only with "
-        "spec.shutdownAfterJobFinishes: true; its cluster and submitter are deleted), make the "
+        f"quota for. Suspend it first ({_RAYJOB_SUSPEND}), make the "
         f"change in another update{needs}, then resume it (spec.suspend: false)")
 
 

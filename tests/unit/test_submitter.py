@@ -136,6 +136,16 @@ def test_a_refused_change_to_sidecar_mode_says_what_kuberay_needs_of_it() -> Non
     assert "restartPolicy" not in refusal(new, "UPDATE", old)  # nothing asked of HTTPMode
 
 
+def test_a_rayjobs_refused_opt_in_change_says_how_kuberay_lets_it_be_suspended() -> None:
+    old = through(k8s_job(), Stage.FIRST)
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][c.STANDALONE_ANNOTATION] = "false"
+    message = refusal(new, "UPDATE", old)
+    for needed in ("spec.suspend: true", "spec.shutdownAfterJobFinishes: true",
+                   "without spec.clusterSelector"):
+        assert needed in message, message
+
+
 def test_an_update_that_leaves_the_submitter_alone_is_not_refused() -> None:
     old = through(k8s_job(), Stage.FIRST)
     new = copy.deepcopy(old)
