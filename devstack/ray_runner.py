@@ -9,7 +9,8 @@ each worker pod kwok reports Running, a Ray worker; when that pod goes (or
 stops running), SIGTERM to that worker's own pid; when the head pod goes, the
 same for all of them. Given the stack's dashboard routes, the head also stands
 in for the head pod's Services (devstack/dashboard_proxy.py), so that the
-KubeRay operator reaches its dashboard (RayJobs).
+KubeRay operator reaches its dashboard (RayJobs); a SidecarMode RayJob's head
+pod's submitter container runs too, against that head (devstack/ray_submitter.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import pki, ray_autoscaler, ray_node
+from . import pki, ray_autoscaler, ray_node, ray_submitter
 from .dashboard_proxy import DASHBOARD_PORT_NAME, Routes, service_host
 from .kubeapi import KubeApi, KubeError
 from .ray_procs import (
@@ -195,6 +196,8 @@ class RayClusterRunner:
         self.gcs_port = 0
         self.dashboard_port = 0
         self.autoscaler: RayProcess | None = None
+        self.submitter: RayProcess | None = None  # a SidecarMode RayJob's, for the head pod
+        self.submitters = 0  # submitter scripts started
         self.workers: dict[str, RayProcess] = {}  # pod name -> its Ray worker
         self.stopping: list[RayProcess] = []
         self.attempts: dict[str, int] = {}  # pod name -> starts of its Ray worker
@@ -217,7 +220,7 @@ class RayClusterRunner:
         self._stop.set()
         self._thread.join(timeout=30)
         self._unroute()
-        for proc in [*self.workers.values(), *self.stopping, self.autoscaler, self.head]:
+        for proc in [*self.workers.values(), *self.stopping, self.submitter, self.autoscaler, self.head]:
             if proc is not None:
                 proc.stop()
 
@@ -255,6 +258,7 @@ class RayClusterRunner:
                 self._maybe_start_autoscaler(heads)
             else:
                 self._watch(self.autoscaler)
+                self._maybe_start_submitter(heads)
         if self.autoscaler is None:
             return  # workers join a head that is up
         for name, pod in running.items():
@@ -283,12 +287,12 @@ class RayClusterRunner:
     def _head_pod_gone(self) -> None:
         """Stop every Ray process of the cluster: the head stood in for a pod that is no more."""
         self._unroute()
-        for proc in [*self.workers.values(), self.autoscaler, self.head]:
+        for proc in [*self.workers.values(), self.submitter, self.autoscaler, self.head]:
             if proc is not None:
                 proc.terminate()
                 self.stopping.append(proc)
         self.workers.clear()
-        self.head = self.autoscaler = None
+        self.head = self.autoscaler = self.submitter = None
         self.head_pod = None
         self.heads_stopped += 1
 
@@ -355,6 +359,21 @@ class RayClusterRunner:
             f"{self.cluster}-autoscaler",
             ray_autoscaler.argv(self.cluster, self.namespace, self.gcs_address),
             ray_autoscaler.env(pod, self.api.server, self.api.ca_file, creds, metric_port))
+
+    def _maybe_start_submitter(self, heads: list[dict]) -> None:
+        """A SidecarMode RayJob's submitter container, run once the head is up (ray_submitter);
+        a failed submission fails the test with its log, as KubeRay would fail the RayJob."""
+        if self.submitter is not None:
+            if self.submitter.exited() not in (None, 0) and self.submitter.stopping is None:
+                raise self.submitter.failure(f"exited with code {self.submitter.exited()}")
+            return
+        pod = next((p for p in heads if p["metadata"]["name"] == self.head_pod), None)
+        script = ray_submitter.sidecar_script(pod) if pod is not None else None
+        if script is not None:
+            self.submitter = self.tier.spawn(f"{self.cluster}-submitter-{self.head_pod}",
+                                             ray_submitter.argv(script, self.dashboard_port),
+                                             {"PYTHONUNBUFFERED": "1"})
+            self.submitters += 1
 
     def _start_worker(self, pod: dict) -> None:
         name = pod["metadata"]["name"]
