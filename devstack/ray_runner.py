@@ -198,6 +198,7 @@ class RayClusterRunner:
         self.autoscaler: RayProcess | None = None
         self.submitter: RayProcess | None = None  # a SidecarMode RayJob's, for the head pod
         self.submitters = 0  # submitter scripts started
+        self.submitter_ended = False  # its end written into the head pod's status
         self.workers: dict[str, RayProcess] = {}  # pod name -> its Ray worker
         self.stopping: list[RayProcess] = []
         self.attempts: dict[str, int] = {}  # pod name -> starts of its Ray worker
@@ -293,6 +294,7 @@ class RayClusterRunner:
                 self.stopping.append(proc)
         self.workers.clear()
         self.head = self.autoscaler = self.submitter = None
+        self.submitter_ended = False
         self.head_pod = None
         self.heads_stopped += 1
 
@@ -364,8 +366,11 @@ class RayClusterRunner:
         """A SidecarMode RayJob's submitter container, run once the head is up (ray_submitter);
         a failed submission fails the test with its log, as KubeRay would fail the RayJob."""
         if self.submitter is not None:
-            if self.submitter.exited() not in (None, 0) and self.submitter.stopping is None:
-                raise self.submitter.failure(f"exited with code {self.submitter.exited()}")
+            code = self.submitter.exited()
+            if code is not None and self.submitter.stopping is None and not self.submitter_ended:
+                self._submitter_ended(code)
+                if code != 0:
+                    raise self.submitter.failure(f"exited with code {code}")
             return
         pod = next((p for p in heads if p["metadata"]["name"] == self.head_pod), None)
         script = ray_submitter.sidecar_script(pod) if pod is not None else None
@@ -374,6 +379,18 @@ class RayClusterRunner:
                                              ray_submitter.argv(script, self.dashboard_port),
                                              {"PYTHONUNBUFFERED": "1"})
             self.submitters += 1
+
+    def _submitter_ended(self, code: int) -> None:
+        """Say in the head pod's status that its submitter container ended (kwok would not)."""
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{self.head_pod}"
+        pod = self.api.get(path)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (
+            time.monotonic() - self.submitter.started))) if self.submitter is not None else now
+        statuses = ray_submitter.ended_statuses(pod, code, started, now)
+        self.api.call("PATCH", f"{path}/status", {"status": {"containerStatuses": statuses}},
+                      content_type="application/merge-patch+json")
+        self.submitter_ended = True
 
     def _start_worker(self, pod: dict) -> None:
         name = pod["metadata"]["name"]

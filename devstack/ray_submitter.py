@@ -32,3 +32,17 @@ def sidecar_script(pod: dict[str, Any]) -> str | None:
 def argv(script: str, dashboard_port: int) -> list[str]:
     """`bash -ce` as KubeRay runs it (utils.GetContainerCommand), aimed at the local dashboard."""
     return ["bash", "-ce", "--", _LOOPBACK.sub(f"127.0.0.1:{dashboard_port}", script)]
+
+
+def ended_statuses(pod: dict[str, Any], exit_code: int, started: str, finished: str) -> list[dict[str, Any]]:
+    """The head pod's containerStatuses with the submitter container terminated, as a kubelet
+    would write them: KubeRay marks a SidecarMode RayJob Complete only once it reads that
+    (rayjob_controller.go getSubmitterContainerFinishedTime), else after a 300 s grace."""
+    ended = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                            "startedAt": started, "finishedAt": finished}}
+    out = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == SUBMITTER_CONTAINER:
+            status = {**status, "ready": False, "started": False, "state": ended}
+        out.append(status)
+    return out

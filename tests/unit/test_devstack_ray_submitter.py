@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devstack.ray_submitter import argv, sidecar_script
+from devstack.ray_submitter import argv, ended_statuses, sidecar_script
 
 # As KubeRay v1.6.0 writes it for a head whose dashboard port is 8265 (shortened).
 SCRIPT = ("until python -c \"import urllib.request; r=urllib.request.urlopen('http://localhost:8265/"
@@ -30,3 +30,16 @@ def test_the_sidecars_script_is_run_against_the_local_dashboard() -> None:
 
 def test_a_head_without_a_submitter_container_runs_none() -> None:
     assert sidecar_script(head_pod()) is None
+
+
+def test_the_submitters_end_is_written_as_a_kubelet_would_and_nothing_else_changes() -> None:
+    running = {"running": {"startedAt": "t0"}}
+    pod = {"status": {"containerStatuses": [
+        {"name": "ray-head", "ready": True, "started": True, "state": running},
+        {"name": "ray-job-submitter", "ready": True, "started": True, "state": running}]}}
+    head, sub = ended_statuses(pod, 0, "t1", "t2")
+    assert head == pod["status"]["containerStatuses"][0]
+    assert sub["state"] == {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "t1",
+                                           "finishedAt": "t2"}}
+    assert not sub["ready"]
+    assert ended_statuses(pod, 3, "t1", "t2")[1]["state"]["terminated"]["reason"] == "Error"
