@@ -10,7 +10,8 @@ each worker pod kwok reports Running, a Ray worker; when that pod goes (or
 stops running), SIGTERM to that worker's own pid; when the head pod goes, the
 same for all of them. Given the stack's dashboard routes, the head also stands
 in for the head pod's Services (devstack/ray/dashboard_proxy.py), so that the
-KubeRay operator reaches its dashboard (RayJobs).
+KubeRay operator reaches its dashboard (RayJobs); a SidecarMode RayJob's head
+pod's submitter container runs too, against that head (devstack/ray/submitter.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..controlplane.kubeapi import KubeApi, KubeError
 from ..stack import free_ports, tail
 from . import autoscaler as ray_autoscaler
 from . import node as ray_node
+from . import submitter as ray_submitter
 from .dashboard_proxy import DASHBOARD_PORT_NAME, Routes, service_host
 from .procs import (
     RayProcess,
@@ -201,6 +203,9 @@ class RayClusterRunner:
         # Workers join once the head is up: with the autoscaler running, or at once for a
         # cluster without KubeRay's in-tree autoscaling (no autoscaler container to stand in for).
         self.ready = False
+        self.submitter: RayProcess | None = None  # a SidecarMode RayJob's, for the head pod
+        self.submitters = 0  # submitter scripts started
+        self.submitter_ended = False  # its end written into the head pod's status
         self.workers: dict[str, RayProcess] = {}  # pod name -> its Ray worker
         self.stopping: list[RayProcess] = []
         self.attempts: dict[str, int] = {}  # pod name -> starts of its Ray worker
@@ -223,7 +228,7 @@ class RayClusterRunner:
         self._stop.set()
         self._thread.join(timeout=30)
         self._unroute()
-        for proc in [*self.workers.values(), *self.stopping, self.autoscaler, self.head]:
+        for proc in [*self.workers.values(), *self.stopping, self.submitter, self.autoscaler, self.head]:
             if proc is not None:
                 proc.stop()
 
@@ -259,8 +264,10 @@ class RayClusterRunner:
                 self._route()
             if not self.ready:
                 self._maybe_start_autoscaler(heads)
-            elif self.autoscaler is not None:
-                self._watch(self.autoscaler)
+            else:
+                if self.autoscaler is not None:
+                    self._watch(self.autoscaler)
+                self._maybe_start_submitter(heads)
         if not self.ready:
             return  # workers join a head that is up
         for name, pod in running.items():
@@ -289,13 +296,14 @@ class RayClusterRunner:
     def _head_pod_gone(self) -> None:
         """Stop every Ray process of the cluster: the head stood in for a pod that is no more."""
         self._unroute()
-        for proc in [*self.workers.values(), self.autoscaler, self.head]:
+        for proc in [*self.workers.values(), self.submitter, self.autoscaler, self.head]:
             if proc is not None:
                 proc.terminate()
                 self.stopping.append(proc)
         self.workers.clear()
-        self.head = self.autoscaler = None
+        self.head = self.autoscaler = self.submitter = None
         self.ready = False
+        self.submitter_ended = False
         self.head_pod = None
         self.heads_stopped += 1
 
@@ -366,6 +374,36 @@ class RayClusterRunner:
             ray_autoscaler.argv(self.cluster, self.namespace, self.gcs_address),
             ray_autoscaler.env(pod, self.api.server, self.api.ca_file, creds, metric_port))
         self.ready = True
+
+    def _maybe_start_submitter(self, heads: list[dict]) -> None:
+        """A SidecarMode RayJob's submitter container, run once the head is up (ray_submitter);
+        a failed submission fails the test with its log, as KubeRay would fail the RayJob."""
+        if self.submitter is not None:
+            code = self.submitter.exited()
+            if code is not None and self.submitter.stopping is None and not self.submitter_ended:
+                self._submitter_ended(code)
+                if code != 0:
+                    raise self.submitter.failure(f"exited with code {code}")
+            return
+        pod = next((p for p in heads if p["metadata"]["name"] == self.head_pod), None)
+        script = ray_submitter.sidecar_script(pod) if pod is not None else None
+        if script is not None:
+            self.submitter = self.tier.spawn(f"{self.cluster}-submitter-{self.head_pod}",
+                                             ray_submitter.argv(script, self.dashboard_port),
+                                             {"PYTHONUNBUFFERED": "1"})
+            self.submitters += 1
+
+    def _submitter_ended(self, code: int) -> None:
+        """Say in the head pod's status that its submitter container ended (kwok would not)."""
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{self.head_pod}"
+        pod = self.api.get(path)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (
+            time.monotonic() - self.submitter.started))) if self.submitter is not None else now
+        statuses = ray_submitter.ended_statuses(pod, code, started, now)
+        self.api.call("PATCH", f"{path}/status", {"status": {"containerStatuses": statuses}},
+                      content_type="application/merge-patch+json")
+        self.submitter_ended = True
 
     def _start_worker(self, pod: dict) -> None:
         name = pod["metadata"]["name"]

@@ -90,6 +90,8 @@ KUBERAY_MANAGED_BY: Final = "ray.io/kuberay-operator"
 MULTIKUEUE_MANAGED_BY: Final = "kueue.x-k8s.io/multikueue"
 # A RayJob's submissionMode whose submitter runs in a pod of its own (a batch Job's).
 K8S_JOB_MODE: Final = "K8sJobMode"
+# The submissionMode whose submitter is a container KubeRay adds to the head pod.
+SIDECAR_MODE: Final = "SidecarMode"
 # The submitter pod a RayJob in K8sJobMode will run, as JSON of the part of a pod
 # spec Kueue sizes and places by. The RayJob webhook writes it on an opted-in
 # RayJob; KubeRay copies it onto the RayCluster it makes, whose webhook copies it

@@ -14,12 +14,25 @@ and it shares the head's priority. The description travels as an annotation
 copies a RayJob's annotations) -> head template (the RayCluster's webhook) ->
 head pod -> Workload. Pure functions; no I/O.
 
-What this does not cover yet: the slot is held until the head's Workload goes
-(not handed back through `status.reclaimablePods` when the submitter Job ends:
-the controller watches no Jobs); and when the head is evicted, the submitter pod
-KubeRay already started keeps running, on nobody's quota, until its `ray job`
-command fails against the gone head (at most KubeRay's backoffLimit + 1 pods,
-2 + 1 by default); the next admitted head reserves the slot again.
+Its priority is the head's: a Workload has one priority, so the slot is admitted,
+and can be preempted, only with the head, at the head's class (`ray-head` by
+default, or the Ray owner's `kueue.x-k8s.io/priority-class`). Kueue's own RayJob
+integration does the same (one Workload for head, workers and submitter, at the
+RayJob's priority). A class of its own below the head's would need a Workload
+of its own, admitted or preempted apart from the head: an admitted cluster could
+then wait for its submitter, or lose it while its job runs, which is what
+reserving with the head avoids.
+
+The slot is held until the head's Workload goes, not handed back when the
+submitter Job ends: Kueue v0.19.2 keeps its RayJob's `submitter` podSet until
+the whole Workload finishes too (its RayJob reports no reclaimable pods). With
+`shutdownAfterJobFinishes: true` (which Kueue requires of the RayJobs it admits)
+that is when the job ends; without it, until the RayJob or its cluster is deleted.
+
+When the head is evicted, the submitter pod KubeRay already started keeps
+running, on nobody's quota, until its `ray job` command fails against the gone
+head (at most KubeRay's backoffLimit + 1 pods, 2 + 1 by default); the next
+admitted head reserves the slot again.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ def opt_in_change(obj: Obj, old: Obj, was: str | None, now: str | None) -> Refus
                        "this one")
     if is_suspended(old, kind) and is_suspended(obj, kind):
         return None
-    return Refused(f"{change}. Suspend it first (spec.suspend: true; its pods are deleted), change "
+    suspend = _RAYJOB_SUSPEND if kind == c.RAYJOB_KIND else "spec.suspend: true; its pods are deleted"
+    return Refused(f"{change}. Suspend it first ({suspend}), change "
                    "the annotation in another update, then resume it")
 
 
@@ -102,6 +103,19 @@ def cannot_opt_in(obj: Obj, facts: NamespaceFacts) -> Refused | None:
                        "another cluster as one Workload, not pod by pod here. Remove spec.managedBy, "
                        f"or remove {c.STANDALONE_ANNOTATION} to leave it to Kueue")
     return None
+
+
+# How a RayJob is suspended as KubeRay's validation (v1.6.0) allows it.
+_RAYJOB_SUSPEND = ("spec.suspend: true, which KubeRay allows only with spec.shutdownAfterJobFinishes: "
+                   "true and without spec.clusterSelector; its cluster and submitter are deleted")
+
+
+# Everything KubeRay's RayJob validation (utils.ValidateRayJobSpec, v1.6.0) asks of
+# SidecarMode, said wherever raykueue advises it, so that following the advice does
+# not meet a KubeRay error next.
+_SIDECAR = ("SidecarMode (the submitter runs in the head pod and is counted with it; KubeRay "
+            "then refuses spec.submitterPodTemplate, spec.submitterConfig and "
+            "spec.clusterSelector, and needs the head template's restartPolicy Never or unset)")
 
 
 def submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
@@ -130,24 +144,22 @@ def submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
         return Refused(
             f"{what} asks for gang start ({c.GANG_ANNOTATION}: \"true\") and submits its job in "
             "K8sJobMode (KubeRay's default when spec.submissionMode is unset), whose submitter pod "
-            "a gang's Workload does not reserve. Set spec.submissionMode: HTTPMode (no pod), or "
-            "SidecarMode (the submitter runs in the head pod, counted with it; KubeRay then "
-            "refuses spec.submitterPodTemplate and spec.submitterConfig and needs the head "
-            "template's restartPolicy Never or unset), or remove the gang annotation to admit the "
+            f"a gang's Workload does not reserve. Set spec.submissionMode: HTTPMode (no pod), or "
+            f"{_SIDECAR}, or remove the gang annotation to admit the "
             "cluster pod by pod, whose head reserves the submitter's quota")
     if old is None or submitter.encode(now) == submitter.encode(submitter.pod_spec(old)):
         return None
     if is_suspended(old, c.RAYJOB_KIND) and is_suspended(obj, c.RAYJOB_KIND):
         return None  # no cluster: the next one is made from the new spec
+    needs = f" (for {_SIDECAR})" if submitter.mode(obj) == c.SIDECAR_MODE else ""
     return Refused(
         f"what the submitter of {what} costs may not change while it runs (spec.submissionMode "
         f"{submitter.mode(old)} -> {submitter.mode(obj)}, or spec.submitterPodTemplate): its head's "
         "Workload reserved the submitter's quota when it was admitted (K8sJobMode: the submitter "
         "pod's requests, KubeRay's default 500m CPU / 200Mi; HTTPMode, InteractiveMode, "
         "SidecarMode: none), so the running cluster would start a submitter nobody reserved "
-        "quota for. Suspend it first (spec.suspend: true, which KubeRay allows only with "
-        "spec.shutdownAfterJobFinishes: true; its cluster and submitter are deleted), make the "
-        "change in another update, then resume it (spec.suspend: false)")
+        f"quota for. Suspend it first ({_RAYJOB_SUSPEND}), make the "
+        f"change in another update{needs}, then resume it (spec.suspend: false)")
 
 
 def introduced_template_opt_in(obj: Obj, old: Obj | None) -> str | None:

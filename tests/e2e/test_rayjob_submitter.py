@@ -18,6 +18,7 @@ KubeRay fills in the RayJob's status at its own time.
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from typing import Any
@@ -40,46 +41,11 @@ from testkit.e2e.controller import (  # noqa: F401 - fixtures
     webhooks,
 )
 from testkit.e2e.kueue_shipped import JOBS, RAYJOBS, _owned_cluster
+from testkit.e2e.rayjob_sample import CODE_SAMPLE, CONFIG_MAPS, DOCUMENTED
 from testkit.pods import gated, role, running
 from testkit.quota_invariants import QuotaInvariants
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
-CONFIG_MAPS = r.Resource("", "v1", "configmaps")
-IMAGE = "rayproject/ray:2.52.0"
-# KubeRay v1.6.0 ray-operator/config/samples/ray-job.sample.yaml, comments left out.
-DOCUMENTED: dict[str, Any] = {
-    "apiVersion": "ray.io/v1", "kind": "RayJob",
-    "metadata": {"name": "rayjob-sample"},
-    "spec": {
-        "entrypoint": "python /home/ray/samples/sample_code.py",
-        "runtimeEnvYAML": "pip:\n  - requests==2.26.0\n  - pendulum==2.1.2\n"
-                          "env_vars:\n  counter_name: \"test_counter\"\n",
-        "rayClusterSpec": {
-            "rayVersion": "2.52.0",
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-                "containers": [{
-                    "name": "ray-head", "image": IMAGE,
-                    "ports": [{"containerPort": 6379, "name": "gcs-server"},
-                              {"containerPort": 8265, "name": "dashboard"},
-                              {"containerPort": 10001, "name": "client"}],
-                    "resources": {"limits": {"cpu": "1", "memory": "5Gi"},
-                                  "requests": {"cpu": "1", "memory": "2Gi"}},
-                    "volumeMounts": [{"mountPath": "/home/ray/samples", "name": "code-sample"}]}],
-                "volumes": [{"name": "code-sample", "configMap": {
-                    "name": "ray-job-code-sample",
-                    "items": [{"key": "sample_code.py", "path": "sample_code.py"}]}}],
-            }}},
-            "workerGroupSpecs": [{
-                "replicas": 1, "minReplicas": 1, "maxReplicas": 5, "groupName": "small-group",
-                "rayStartParams": {},
-                "template": {"spec": {"containers": [{
-                    "name": "ray-worker", "image": IMAGE,
-                    "resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "200m"}}}]}}}],
-        },
-    },
-}
-CODE_SAMPLE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ray-job-code-sample"},
-               "data": {"sample_code.py": "import ray\nray.init()\n"}}
 # Head 1 CPU / 2Gi + worker 200m / 256Mi (KubeRay's wait-gcs-ready init container asks
 # 200m / 256Mi) + KubeRay's default submitter 500m / 200Mi: exactly the quota.
 CPU_M, MEMORY = 1700, "2504Mi"
@@ -211,7 +177,16 @@ def test_a_rayjob_as_rays_documentation_writes_it_runs_its_submitter_on_reserved
                              (admin.get(JOBS.path(ns, name)).get("status") or {}).get("conditions") or []),
                  timeout=60, message="the Job controller marks the submitter Job Complete")
         assert "submitter pod running" in sub.seen
-        assert _cq(admin, ns)[0] <= CPU_M
+        # The slot stays reserved after the submitter finished, as long as the head's
+        # Workload lives: Kueue's own RayJob integration (v0.19.2) holds its submitter
+        # podSet until the whole Workload finishes too (no reclaimable pods for RayJob).
+        # KubeRay gives up on a job whose submitter finished 30 s before (no Ray here):
+        # the RayJob ends, its cluster stays (shutdownAfterJobFinishes unset).
+        inv.wait(lambda: (admin.get(RAYJOBS.path(ns, name)).get("status") or {}).get(
+            "jobDeploymentStatus") in ("Complete", "Failed"), timeout=120,
+            message=lambda: f"RayJob status {admin.get(RAYJOBS.path(ns, name)).get('status')}")
+        inv.wait(lambda: _cq(admin, ns) == (CPU_M, MEMORY), timeout=10,
+                 message=lambda: f"the submitter's slot still held: ClusterQueue usage {_cq(admin, ns)}")
         inv.sweep()
 
         admin.delete(RAYJOBS.path(ns, name))
@@ -264,6 +239,45 @@ def test_a_head_without_room_for_its_submitter_waits_then_starts_whole(admin, co
                                  f"status {admin.get(RAYJOBS.path(ns, name)).get('status')}")
         inv.wait(lambda: _cq(admin, ns) == (CPU_M, MEMORY), timeout=60,
                  message=lambda: f"ClusterQueue usage {_cq(admin, ns)}")
+        inv.sweep()
+        admin.delete(RAYJOBS.path(ns, name))
+        inv.wait(lambda: _cq(admin, ns)[0] == 0, timeout=120,
+                 message=lambda: f"the quota released, ClusterQueue cpu {_cq(admin, ns)[0]}m")
+        inv.raise_if_broken()
+    sub.assert_held()
+
+
+def test_a_suspended_http_mode_rayjob_switched_to_k8s_job_mode_is_accounted(admin, controller, queue):  # noqa: F811
+    """A change of submissionMode is followed: made while the RayJob is suspended (no
+    cluster holds anything), the switch to K8sJobMode is accepted and raykueue writes
+    the submitter it now needs; on resume the head reserves it and the submitter runs
+    on that slot, never gated, never on nobody's quota."""
+    ns = queue(cpu=f"{CPU_M}m", memory=MEMORY)
+    admin.create(CONFIG_MAPS.path(ns), CODE_SAMPLE)
+    name = DOCUMENTED["metadata"]["name"]
+    job = documented_rayjob()
+    # KubeRay lets a RayJob be suspended only with shutdownAfterJobFinishes.
+    job["spec"].update(submissionMode="HTTPMode", suspend=True, shutdownAfterJobFinishes=True)
+    with (QuotaInvariants(admin, [ns], quota_namespaces=[ns], cluster_queues=[f"e2e-{ns}"]) as inv,
+          SubmitterWatch(admin, ns, name) as sub):
+        created = admin.create(RAYJOBS.path(ns), job)
+        assert c.SUBMITTER_ANNOTATION not in created["metadata"]["annotations"]  # HTTPMode: no pod
+        switched = admin.merge_patch(RAYJOBS.path(ns, name), {"spec": {"submissionMode": c.K8S_JOB_MODE}})
+        reserved = json.loads(switched["metadata"]["annotations"][c.SUBMITTER_ANNOTATION])
+        assert reserved["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "200Mi"}
+        admin.merge_patch(RAYJOBS.path(ns, name), {"spec": {"suspend": False}})
+
+        cluster = _owned_cluster(admin, ns, "RayJob", name)
+        sub.cluster = cluster
+        s = inv.wait(settled(admin, ns, cluster, 1, 0), timeout=120, message=describe(admin, ns, cluster))
+        head = next(p for p in s["pods"] if role(p) == "head")
+        (head_wl,) = s["owned"][head["metadata"]["uid"]]
+        assert [x["name"] for x in head_wl["spec"]["podSets"]] == [w.POD_SET, c.SUBMITTER_POD_SET]
+        inv.wait(lambda: "submitter pod succeeded" in sub.seen, timeout=120,
+                 message=lambda: f"the submitter pod ran and succeeded; seen {sorted(sub.seen)}; RayJob "
+                                 f"status {admin.get(RAYJOBS.path(ns, name)).get('status')}")
+        status = admin.get(RAYJOBS.path(ns, name)).get("status") or {}
+        assert status.get("jobDeploymentStatus") != "ValidationFailed", status
         inv.sweep()
         admin.delete(RAYJOBS.path(ns, name))
         inv.wait(lambda: _cq(admin, ns)[0] == 0, timeout=120,

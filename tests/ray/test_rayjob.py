@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from devstack.ray.procs import RayProcessError
 from devstack.stack import tail
@@ -35,23 +38,54 @@ JOB_TIMEOUT = 420
 TEARDOWN_TIMEOUT = 120
 
 
-def rayjob(name: str, entrypoint: str) -> dict[str, Any]:
-    """Opted in, on raycluster()'s autoscaled cluster."""
+# The submission modes the Ray tier runs, and the quota each costs beyond the cluster's pods:
+# - HTTPMode: the operator itself posts the entrypoint to the head's dashboard (here
+#   through devstack's dashboard proxy); no pod, nothing more.
+# - SidecarMode: KubeRay adds a `ray-job-submitter` container (500m CPU / 200Mi) to
+#   the head pod, which runs `ray job submit` against 127.0.0.1; the head's Workload
+#   counts it with the head. devstack.ray_submitter runs that container's script.
+# - InteractiveMode: KubeRay makes the cluster and waits (Waiting) for spec.jobId; the
+#   test submits the job to the head's dashboard itself, as a user would, then sets it.
+# K8sJobMode (KubeRay's default) runs `ray job submit` in a batch Job's pod; kwok's
+# pod-complete stage ends that pod as soon as it runs, and KubeRay fails a RayJob
+# whose submitter finished 30 s before its job did, so the Ray tier cannot run it
+# yet (tests/e2e/test_rayjob_submitter.py covers its quota).
+MODES = {"HTTPMode": 0, "SidecarMode": 500, "InteractiveMode": 0}  # mode -> millicores beyond the pods
+
+
+def rayjob(name: str, entrypoint: str, mode: str = "HTTPMode") -> dict[str, Any]:
+    """Opted in, on raycluster()'s autoscaled cluster, submitted in `mode` (MODES)."""
     return opted_in("RayJob", name, {
         "entrypoint": entrypoint,
-        # HTTPMode: the operator itself posts the entrypoint to the head's dashboard
-        # (here through devstack's dashboard proxy). The default, K8sJobMode, runs
-        # `ray job submit` in a submitter Job's pod, and kwok only pretends to run pods.
-        "submissionMode": "HTTPMode",
+        "submissionMode": mode,
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": 0,
         "rayClusterSpec": raycluster("unused")["spec"],
     })
 
 
+def submit_interactively(admin, ray_tier, runner, ns: str, entrypoint: str,
+                         job_state: Callable[[], str]) -> None:
+    """What a user of InteractiveMode does: once KubeRay waits for a job id, submit the
+    entrypoint to the head's dashboard under an id of one's own, then set spec.jobId."""
+    wait_for(lambda: (ray_tier.check() or runner.head_ready()) and (
+        admin.get(RAYJOBS.path(ns, "job")).get("status") or {}).get("jobDeploymentStatus") == "Waiting",
+        timeout=JOB_TIMEOUT, interval=1, message=job_state, fatal=(RayProcessError,))
+    job_id = "interactive-job"
+    submit = ray_tier.spawn("interactive-submit", [
+        "ray", "job", "submit", "--address", f"http://127.0.0.1:{runner.dashboard_port}",
+        "--submission-id", job_id, "--no-wait", "--", *entrypoint.split()])
+    wait_for(lambda: submit.exited() is not None, timeout=120, message="ray job submit to return")
+    assert submit.exited() == 0, tail(submit.log, 20)
+    admin.merge_patch(RAYJOBS.path(ns, "job"), {"spec": {"jobId": job_id}})
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 def test_a_rayjob_runs_on_autoscaled_workers_and_leaves_nothing(admin, controller, queue, ray_tier,
-                                                                 ray_runner, e2e_stack, tmp_path: Path):
-    ns = queue(cpu=str(1 + TASKS), memory="100Gi")  # the head and the workers the tasks need
+                                                                 ray_runner, e2e_stack, tmp_path: Path,
+                                                                 mode: str):
+    # the head (and its submitter, in SidecarMode) and the workers the tasks need
+    ns = queue(cpu=f"{(1 + TASKS) * 1000 + MODES[mode]}m", memory="100Gi")
     out = tmp_path / "entrypoint.json"
     jobs = RAYJOBS.path(ns)
 
@@ -80,10 +114,12 @@ def test_a_rayjob_runs_on_autoscaled_workers_and_leaves_nothing(admin, controlle
 
     with watched(admin, ns), observed(admin, ns) as seen:
         created = time.time()
-        admin.create(jobs, rayjob("job", f"python {ENTRYPOINT} {TASKS} {out}"))
+        admin.create(jobs, rayjob("job", f"python {ENTRYPOINT} {TASKS} {out}", mode))
         cluster = wait_for(lambda: (job().get("status") or {}).get("rayClusterName"), timeout=60,
                            message=job_state)
         runner = ray_runner(ns, cluster)
+        if mode == "InteractiveMode":
+            submit_interactively(admin, ray_tier, runner, ns, f"python {ENTRYPOINT} {TASKS} {out}", job_state)
         status = wait_for(finished, timeout=JOB_TIMEOUT, interval=1, message=job_state,
                           fatal=(RayProcessError,))
         succeeded = time.time()
@@ -93,6 +129,8 @@ def test_a_rayjob_runs_on_autoscaled_workers_and_leaves_nothing(admin, controlle
         wait_for(lambda: runner.heads_stopped == 1 and not runner.stopping, timeout=60,
                  message="the Ray head stopped with its pod")
     assert (status["jobStatus"], status["jobDeploymentStatus"]) == ("SUCCEEDED", "Complete"), job_state()
+    # SidecarMode: submitted by the head pod's submitter container, run once (devstack.ray_submitter).
+    assert runner.submitters == (1 if mode == "SidecarMode" else 0)
 
     # Every Ray pod was created gated, got a Workload of its own admitted, and only then ran.
     assert seen.pods_ran, "no Ray pod ever ran"
@@ -109,6 +147,7 @@ def test_a_rayjob_runs_on_autoscaled_workers_and_leaves_nothing(admin, controlle
     assert set(ray_seen["results"]) <= joined, ray_seen
     assert not ray_tier.watched.off_loopback, ray_tier.watched.off_loopback
 
-    FIGURES["rayjob_create_to_workers_joined_s"] = round(ray_seen["all_joined_at"] - created, 1)
-    FIGURES["rayjob_create_to_succeeded_s"] = round(succeeded - created, 1)
-    FIGURES["rayjob_create_to_last_workload_gone_s"] = round(gone - created, 1)
+    figures = FIGURES.setdefault(f"rayjob_{mode}", {})
+    figures["create_to_workers_joined_s"] = round(ray_seen["all_joined_at"] - created, 1)
+    figures["create_to_succeeded_s"] = round(succeeded - created, 1)
+    figures["create_to_last_workload_gone_s"] = round(gone - created, 1)

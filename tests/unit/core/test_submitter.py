@@ -124,6 +124,29 @@ def test_what_the_submitter_costs_changes_only_while_suspended(before: str | Non
             == submitter.encode(submitter.pod_spec(new)))
 
 
+def test_a_refused_change_to_sidecar_mode_says_what_kuberay_needs_of_it() -> None:
+    """Following the refusal must not meet KubeRay's own validation next."""
+    old = through(k8s_job(shutdownAfterJobFinishes=True), Stage.FIRST)
+    new = copy.deepcopy(old)
+    new["spec"]["submissionMode"] = "SidecarMode"
+    message = refusal(new, "UPDATE", old)
+    for needed in ("K8sJobMode -> SidecarMode", "spec.suspend: true", "spec.submitterPodTemplate",
+                   "spec.submitterConfig", "spec.clusterSelector", "restartPolicy Never"):
+        assert needed in message, message
+    new["spec"]["submissionMode"] = "HTTPMode"
+    assert "restartPolicy" not in refusal(new, "UPDATE", old)  # nothing asked of HTTPMode
+
+
+def test_a_rayjobs_refused_opt_in_change_says_how_kuberay_lets_it_be_suspended() -> None:
+    old = through(k8s_job(), Stage.FIRST)
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][c.STANDALONE_ANNOTATION] = "false"
+    message = refusal(new, "UPDATE", old)
+    for needed in ("spec.suspend: true", "spec.shutdownAfterJobFinishes: true",
+                   "without spec.clusterSelector"):
+        assert needed in message, message
+
+
 def test_an_update_that_leaves_the_submitter_alone_is_not_refused() -> None:
     old = through(k8s_job(), Stage.FIRST)
     new = copy.deepcopy(old)
@@ -205,7 +228,7 @@ def test_k8sjobmode_with_gang_start_is_refused_with_every_way_out() -> None:
     obj["metadata"]["annotations"][c.GANG_ANNOTATION] = "true"
     message = refusal(obj)
     for needed in ("gang", "K8sJobMode", "HTTPMode", "SidecarMode", "submitterPodTemplate", "submitterConfig",
-                   "restartPolicy Never", "remove the gang annotation"):
+                   "spec.clusterSelector", "restartPolicy Never", "remove the gang annotation"):
         assert needed in message, message
     obj["spec"]["submissionMode"] = "SidecarMode"
     assert outcome(obj, Stage.FIRST).verdict.allowed
