@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import traceback
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
@@ -77,6 +78,8 @@ from testkit.standins import WPCS  # noqa: E402
 from testkit.waiting import WaitTimeout, wait_for  # noqa: E402
 
 WAYS = ("kueue-elastic", "raykueue")
+RUN = uuid.uuid4().hex[:4]  # in every name, so a run never meets an earlier run's namespaces
+WEBHOOK = "apiserver_admission_webhook_admission_duration_seconds"  # as the API server measures it
 FLAVOR = "cohort"
 LOCAL_QUEUE = "cohort"
 URGENT_CLASS, URGENT_VALUE = "bench-urgent", 10000
@@ -130,11 +133,11 @@ def create_queues(rest: Rest, way: str, queues: int, cpu_each: int) -> list[str]
                                   "description": "bench/cohort.py: the preemption storm"})
     namespaces = []
     for i in range(queues):
-        ns = cq = f"cohort-{way}-{i}"
+        ns = cq = f"cohort-{RUN}-{way}-{i}"
         rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         rest.create(CQS.path(), {"apiVersion": CQS.api_version, "kind": "ClusterQueue",
                                  "metadata": {"name": cq}, "spec": {
-            "cohortName": f"cohort-{way}",
+            "cohortName": f"cohort-{RUN}-{way}",
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
             # The storm may preempt in other queues while it borrows: up to ray-head's
             # priority, so whole elastic clusters and raykueue's heads are fair game.
@@ -239,7 +242,8 @@ class Scrapes:
                  pids: dict[str, int]) -> None:
         self.t = time.monotonic()
         api = rest.request("GET", "/metrics")
-        self.api = scrape.parse(api, ("apiserver_request_total", "apiserver_storage_objects"))
+        self.api = scrape.parse(api, ("apiserver_request_total", "apiserver_storage_objects", WEBHOOK,
+                                      "apiserver_request_duration_seconds"))
         etcd = scrape.fetch(f"http://127.0.0.1:{stack.ports['etcd']}/metrics")
         self.etcd = scrape.parse(etcd, ("etcd_mvcc_db_total_size",))
         self.kueue = scrape.parse(scrape.fetch(*kueue), KUEUE_PREFIXES)
@@ -309,7 +313,7 @@ def run_way(stack: devstack.Stack, rest: Rest, kueue: tuple[str, str], way: str,
         assert server.proc is not None
         pids["raykueue"] = server.proc.pid
     namespaces = create_queues(rest, way, args.queues, cpu_each)
-    pods = Pods(f"cohort-{way}-")
+    pods = Pods(f"cohort-{RUN}-{way}-")
     watch = WatchCache(rest, PODS, label_selector=c.CLUSTER_LABEL)
     watch.add_handler(pods.on_pod)
     watch.start()
@@ -563,6 +567,18 @@ def main() -> int:
         top = requests_by(a, b).most_common(12)
         print(f"\n{r['way']} API requests, largest (verb resource: count, per 1,000 pending): " + "; ".join(
             f"{k}: {v} ({v / max(1, r['pending']) * 1000:.0f})" for k, v in top))
+        d = scrape.diff(b.api, a.api)
+        hooks = sorted({dict(labels).get("name", "") for labels, v in d.get(WEBHOOK + "_count", {}).items()
+                        if v > 0})
+        print(f"{r['way']} webhooks as the API server timed them (calls, p50 / mean s): " + "; ".join(
+            f"{n}: {scrape.total(d, WEBHOOK + '_count', name=n):.0f}, "
+            f"{scrape.quantile(d, WEBHOOK, 0.5, name=n) or 0:.3f} / "
+            f"{scrape.mean(d, WEBHOOK, name=n) or 0:.3f}"
+            for n in hooks))
+        post = {"verb": "POST", "resource": "pods", "subresource": ""}
+        print(f"{r['way']} POST pods as the API server timed them: p50 "
+              f"{scrape.quantile(d, 'apiserver_request_duration_seconds', 0.5, **post) or 0:.3f} s, mean "
+              f"{scrape.mean(d, 'apiserver_request_duration_seconds', **post) or 0:.3f} s")
         print(f"{r['way']} Events in the bench namespaces when full (component, reason: count): " + "; ".join(
             f"{src}, {reason}: {v}" for (src, reason), v in r["events"].most_common()))
         grown = {k: v for k, v in scrape.by_label(b.api, "apiserver_storage_objects", "resource").items()

@@ -42,9 +42,9 @@ def parse(text: str, prefixes: tuple[str, ...] = ()) -> Samples:
     return dict(out)
 
 
-def total(samples: Samples, name: str, **match: str) -> float:
-    """Sum of `name` over the samples whose labels include `match`."""
-    return sum(v for labels, v in samples.get(name, {}).items()
+def total(samples: Samples, metric: str, /, **match: str) -> float:
+    """Sum of `metric` over the samples whose labels include `match` (any label, `name` too)."""
+    return sum(v for labels, v in samples.get(metric, {}).items()
                if all(dict(labels).get(k) == want for k, want in match.items()))
 
 
@@ -61,7 +61,7 @@ def diff(after: Samples, before: Samples) -> Samples:
             for name, series in after.items()}
 
 
-def quantile(samples: Samples, histogram: str, q: float, **match: str) -> float | None:
+def quantile(samples: Samples, histogram: str, q: float, /, **match: str) -> float | None:
     """histogram_quantile over every series of `histogram` (its _bucket samples summed by `le`),
     linear within a bucket as Prometheus does; None without observations."""
     buckets: dict[float, float] = defaultdict(float)
@@ -84,7 +84,7 @@ def quantile(samples: Samples, histogram: str, q: float, **match: str) -> float 
     return lower_bound
 
 
-def mean(samples: Samples, histogram: str, **match: str) -> float | None:
+def mean(samples: Samples, histogram: str, /, **match: str) -> float | None:
     count = total(samples, histogram + "_count", **match)
     return total(samples, histogram + "_sum", **match) / count if count else None
 
