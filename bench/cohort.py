@@ -1,0 +1,595 @@
+"""Many RayClusters in one cohort, each way in turn: raykueue (a Workload per pod) and
+Kueue's elastic RayCluster (a Workload per cluster), on one e2e stack (kwok nodes, the
+real KubeRay operator, Kueue as shipped with its metrics served).
+
+Per way: --queues ClusterQueues in one cohort (each its namespace and LocalQueue,
+preemption withinClusterQueue LowerPriority, reclaimWithinCohort Any), nominal cpu
+quota for --quota-fraction of every pod; --clusters RayClusters of a head and
+--workers workers (1 CPU each, so that a pod is one unit of quota either way) spread
+over the queues. Three phases:
+
+  fill     every cluster created; done when the quota is full (raykueue: every pod
+           created, quota-many Running; elastic: whole clusters Running) - the rest is
+           pending: pods gated with a Workload each (raykueue) or clusters suspended
+           with one Workload each (elastic)
+  free     a tenth of the admitted clusters deleted: seconds from the delete to each
+           pod that runs next (p50/p99), until as many pods run again as were freed
+  storm    a RayCluster of --storm-workers workers at WorkloadPriorityClass
+           bench-urgent (10000) in the first queue: seconds until all its pods run,
+           pods of other clusters deleted meanwhile
+
+Measured per way (Kueue is restarted before each, so its CPU and peak RSS are the
+way's own): Kueue's admission attempts, attempt duration (its scheduling cycle) and
+admission wait from Kueue's /metrics; CPU seconds and peak RSS of Kueue and of
+raykueue from /proc; API server requests by verb and resource (apiserver_request_total,
+diffed); apiserver_storage_objects and etcd's database size; each also per 1,000
+pending pods (pods not running when the quota is full).
+
+    python bench/cohort.py [--clusters 100] [--workers 50] [--quota-fraction 0.33]
+                           [--queues 4] [--storm-workers 200] [--ways kueue-elastic,raykueue]
+                           [--max-wait 900] [--keep-stack]
+
+Prints one markdown table with both ways side by side; exits nonzero if a way failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+import devstack  # noqa: E402
+from bench import scrape  # noqa: E402
+from bench.common import (  # noqa: E402
+    ADMIN,
+    CQS,
+    FLAVORS,
+    LQS,
+    RAYCLUSTERS,
+    WORKLOADS,
+    events_by_source,
+    percentile,
+)
+from devstack.components import COMPONENTS, kueue_dir  # noqa: E402
+from devstack.stack import restart_component  # noqa: E402
+from raykueue.core import contract as c  # noqa: E402
+from raykueue.kube.cache import WatchCache  # noqa: E402
+from raykueue.kube.client import load_api_client  # noqa: E402
+from raykueue.kube.resources import PODS  # noqa: E402
+from raykueue.kube.rest import ApiError, Rest  # noqa: E402
+from testkit.interrupt import interruptible  # noqa: E402
+from testkit.raycluster import ELASTIC_ANNOTATION  # noqa: E402
+from testkit.servers import RaykueueServer  # noqa: E402
+from testkit.standins import WPCS  # noqa: E402
+from testkit.waiting import WaitTimeout, wait_for  # noqa: E402
+
+WAYS = ("kueue-elastic", "raykueue")
+RUN = uuid.uuid4().hex[:4]  # in every name, so a run never meets an earlier run's namespaces
+WEBHOOK = "apiserver_admission_webhook_admission_duration_seconds"  # as the API server measures it
+FLAVOR = "cohort"
+LOCAL_QUEUE = "cohort"
+URGENT_CLASS, URGENT_VALUE = "bench-urgent", 10000
+STORM = "storm"
+KWOK_NODES = 10
+# One CPU a pod: above KubeRay's wait-gcs-ready init container (200m/256Mi), so a pod
+# counts as exactly one unit of quota both ways.
+POD_RESOURCES = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+KUEUE_PREFIXES = ("kueue_admission_attempts_total", "kueue_admission_attempt_duration_seconds",
+                  "kueue_admission_wait_time_seconds", "kueue_preempted_workloads_total",
+                  "kueue_pending_workloads", "kueue_admitted_workloads_total")
+
+
+# ---- the objects ----------------------------------------------------------------------
+
+def cluster_body(way: str, ns: str, name: str, workers: int, priority_class: str | None = None) -> dict:
+    container = {"image": "rayproject/ray:2.46.0", "resources": POD_RESOURCES}
+    pod_labels = {c.PRIORITY_CLASS_LABEL: priority_class} if priority_class and way == "raykueue" else {}
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": {c.QUEUE_LABEL: LOCAL_QUEUE},
+                            "annotations": {}}
+    if way == "raykueue":
+        meta["annotations"][c.STANDALONE_ANNOTATION] = "true"
+    else:
+        meta["annotations"][ELASTIC_ANNOTATION] = "true"
+        # raykueue's heads get ray-head; the whole cluster gets the same here.
+        meta["labels"][c.PRIORITY_CLASS_LABEL] = priority_class or "ray-head"
+    return {
+        "apiVersion": RAYCLUSTERS.api_version, "kind": "RayCluster", "metadata": meta,
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": {
+                "metadata": {"labels": dict(pod_labels)},
+                "spec": {"containers": [{"name": "ray-head", **container}]}}},
+            "workerGroupSpecs": [{
+                "groupName": "cpu", "replicas": workers, "minReplicas": workers, "maxReplicas": workers,
+                "rayStartParams": {},
+                "template": {"metadata": {"labels": dict(pod_labels)},
+                             "spec": {"containers": [{"name": "ray-worker", **container}]}},
+            }],
+        },
+    }
+
+
+def create_queues(rest: Rest, way: str, queues: int, cpu_each: int) -> list[str]:
+    """`queues` namespaces, each with a ClusterQueue (cohort `cohort-<way>`) and LocalQueue."""
+    with suppress(ApiError):
+        rest.create(FLAVORS.path(), {"apiVersion": FLAVORS.api_version, "kind": "ResourceFlavor",
+                                     "metadata": {"name": FLAVOR}})
+    with suppress(ApiError):
+        rest.create(WPCS.path(), {"apiVersion": WPCS.api_version, "kind": "WorkloadPriorityClass",
+                                  "metadata": {"name": URGENT_CLASS}, "value": URGENT_VALUE,
+                                  "description": "bench/cohort.py: the preemption storm"})
+    namespaces = []
+    for i in range(queues):
+        ns = cq = f"cohort-{RUN}-{way}-{i}"
+        rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        rest.create(CQS.path(), {"apiVersion": CQS.api_version, "kind": "ClusterQueue",
+                                 "metadata": {"name": cq}, "spec": {
+            "cohortName": f"cohort-{RUN}-{way}",
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            # The storm may preempt in other queues while it borrows: up to ray-head's
+            # priority, so whole elastic clusters and raykueue's heads are fair game.
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
+                           "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 1000}},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+                "name": FLAVOR, "resources": [{"name": "cpu", "nominalQuota": str(cpu_each)},
+                                              {"name": "memory", "nominalQuota": f"{cpu_each}Gi"}]}]}]}})
+        rest.create(LQS.path(ns), {"apiVersion": LQS.api_version, "kind": "LocalQueue",
+                                   "metadata": {"name": LOCAL_QUEUE}, "spec": {"clusterQueue": cq}})
+        namespaces.append(ns)
+    for ns in namespaces:
+        wait_for(lambda ns=ns: any(x["type"] == "Active" and x["status"] == "True" for x in
+                                   (rest.get(CQS.path(None, ns)).get("status") or {}).get("conditions", [])),
+                 timeout=120, message=f"ClusterQueue {ns} Active")
+    return namespaces
+
+
+def delete_queues(rest: Rest, namespaces: list[str], timeout: float) -> None:
+    for ns in namespaces:
+        with suppress(ApiError):
+            rest.request("DELETE", RAYCLUSTERS.path(ns), query={"propagationPolicy": "Background"})
+    for ns in namespaces:
+        with suppress(ApiError):
+            rest.delete(f"/api/v1/namespaces/{ns}")
+    try:
+        wait_for(lambda: all(not ok_get(rest, f"/api/v1/namespaces/{ns}") for ns in namespaces),
+                 timeout=timeout, interval=2, message="the bench namespaces to be gone")
+    except WaitTimeout as e:
+        print(f"  cleanup: {e}", flush=True)
+    for ns in namespaces:
+        with suppress(ApiError):
+            rest.delete(CQS.path(None, ns))
+
+
+def count(rest: Rest, path: str) -> int:
+    """Objects at `path`, from one item and the server's remainingItemCount (no full LIST)."""
+    page = rest.get(path, {"limit": 1})
+    return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
+
+
+def ok_get(rest: Rest, path: str) -> bool:
+    try:
+        rest.get(path)
+        return True
+    except ApiError as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+# ---- what the pod watch saw ------------------------------------------------------------
+
+class Pods:
+    """First-seen Running and deleted times per pod uid, fed by one cluster-wide watch."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.lock = threading.Lock()
+        self.cluster: dict[str, tuple[str, str]] = {}  # uid -> (namespace, cluster)
+        self.role: dict[str, str] = {}
+        self.running: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}
+
+    def on_pod(self, event: str, pod: dict) -> None:
+        meta = pod["metadata"]
+        if not meta["namespace"].startswith(self.prefix):
+            return
+        uid, now = meta["uid"], time.monotonic()
+        with self.lock:
+            labels = meta.get("labels", {})
+            self.cluster.setdefault(uid, (meta["namespace"], labels.get(c.CLUSTER_LABEL, "")))
+            self.role.setdefault(uid, labels.get(c.NODE_TYPE_LABEL, ""))
+            if event == "DELETED" or meta.get("deletionTimestamp"):
+                self.deleted.setdefault(uid, now)
+            elif (pod.get("status") or {}).get("phase") == "Running":
+                self.running.setdefault(uid, now)
+
+    def created(self) -> int:
+        with self.lock:
+            return len(self.cluster) - len(self.deleted)
+
+    def running_now(self) -> dict[str, float]:
+        with self.lock:
+            return {u: t for u, t in self.running.items() if u not in self.deleted}
+
+    def heads(self, uids: dict[str, float]) -> int:
+        with self.lock:
+            return sum(1 for u in uids if self.role.get(u) == c.ROLE_HEAD)
+
+    def of(self, uids: dict[str, float], ns: str, cluster: str) -> list[str]:
+        with self.lock:
+            return [u for u in uids if self.cluster.get(u) == (ns, cluster)]
+
+
+# ---- one way --------------------------------------------------------------------------
+
+class Scrapes:
+    """Everything measured from outside, at one moment."""
+
+    def __init__(self, stack: devstack.Stack, rest: Rest, kueue: tuple[str, str],
+                 pids: dict[str, int]) -> None:
+        self.t = time.monotonic()
+        api = rest.request("GET", "/metrics")
+        self.api = scrape.parse(api, ("apiserver_request_total", "apiserver_storage_objects", WEBHOOK,
+                                      "apiserver_request_duration_seconds"))
+        etcd = scrape.fetch(f"http://127.0.0.1:{stack.ports['etcd']}/metrics")
+        self.etcd = scrape.parse(etcd, ("etcd_mvcc_db_total_size",))
+        self.kueue = scrape.parse(scrape.fetch(*kueue), KUEUE_PREFIXES)
+        self.procs = {name: scrape.proc_use(pid) for name, pid in pids.items()}
+
+
+def requests_by(before: Scrapes, after: Scrapes) -> Counter[str]:
+    """'VERB resource[/sub]' -> requests between two scrapes (dry runs left out)."""
+    found: Counter[str] = Counter()
+    for labels, v in after.api.get("apiserver_request_total", {}).items():
+        d = dict(labels)
+        if d.get("dry_run"):
+            continue
+        grown = v - before.api.get("apiserver_request_total", {}).get(labels, 0.0)
+        if grown > 0:
+            sub = f"/{d['subresource']}" if d.get("subresource") else ""
+            found[f"{d.get('verb', '')} {d.get('resource', '')}{sub}"] += int(grown)
+    return found
+
+
+def storage_objects(s: Scrapes) -> float:
+    return scrape.total(s.api, "apiserver_storage_objects")
+
+
+def kueue_metrics_on(stack: devstack.Stack) -> tuple[str, str | None]:
+    """Kueue's metrics address, and the config text to restore after the run where this
+    stack's Kueue (one this run did not start, e.g. the e2e tests') serves none: then the
+    address is written into its config, which the restart before each way picks up."""
+    path = kueue_dir(stack.config) / "config.yaml"
+    text = path.read_text()
+    cfg = yaml.safe_load(text)
+    bind = (cfg.get("metrics") or {}).get("bindAddress", "0")
+    if bind != "0":
+        return bind, None
+    (port,) = devstack.free_ports(1)
+    cfg["metrics"] = {**(cfg.get("metrics") or {}), "bindAddress": f"127.0.0.1:{port}"}
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return cfg["metrics"]["bindAddress"], text
+
+
+def restart_kueue(stack: devstack.Stack) -> None:
+    restart_component(stack, "kueue")
+    stack.wait_ready("kueue", lambda: COMPONENTS["kueue"].ready(stack))  # its webhooks too
+
+
+def run_way(stack: devstack.Stack, rest: Rest, kueue: tuple[str, str], way: str, args: argparse.Namespace,
+            workdir: Path) -> dict[str, Any]:
+    fig: dict[str, Any] = {"way": way}
+    per_pod_total = args.clusters * (args.workers + 1)
+    cpu_each = -(-round(args.quota_fraction * per_pod_total) // args.queues)
+    quota = cpu_each * args.queues
+    unit = 1 if way == "raykueue" else args.workers + 1  # what Kueue admits at once, in pods
+    want_running = min(per_pod_total, quota // unit * unit)
+    fig.update(quota=quota, total_pods=per_pod_total)
+
+    scrape.etcd_compact(f"http://127.0.0.1:{stack.ports['etcd']}")
+    restart_kueue(stack)  # CPU and peak RSS of this way only
+    server = None
+    pids = {"kueue": stack.procs["kueue"].pid}
+    if way == "raykueue":
+        server = RaykueueServer(stack, workdir / way,
+                                args=["--controller-identity", ADMIN,
+                                      "--controller-identity", c.DEFAULT_CONTROLLER_IDENTITY],
+                                env={"RAYKUEUE_LEADER_ELECTION": "false"}, ready_timeout=180)
+        (workdir / way).mkdir(parents=True)
+        server.start()
+        assert server.proc is not None
+        pids["raykueue"] = server.proc.pid
+    namespaces = create_queues(rest, way, args.queues, cpu_each)
+    pods = Pods(f"cohort-{RUN}-{way}-")
+    watch = WatchCache(rest, PODS, label_selector=c.CLUSTER_LABEL)
+    watch.add_handler(pods.on_pod)
+    watch.start()
+    watch.wait_synced(60)
+    try:
+        s0 = Scrapes(stack, rest, kueue, pids)
+        t0 = time.monotonic()
+        names: list[tuple[str, str]] = []
+        for i in range(args.clusters):
+            ns, name = namespaces[i % args.queues], f"rc-{i}"
+            rest.create(RAYCLUSTERS.path(ns), cluster_body(way, ns, name, args.workers))
+            names.append((ns, name))
+        fig["create_s"] = time.monotonic() - t0
+        # Full: quota-many pods Running and, for raykueue, every head that fits among them
+        # (heads outrank workers, so until then a head may still preempt a worker).
+        want_heads = min(args.clusters, want_running) if way == "raykueue" else 0
+
+        def full() -> bool:
+            running = pods.running_now()
+            return len(running) >= want_running and pods.heads(running) >= want_heads
+
+        try:
+            wait_for(full, timeout=args.max_wait, interval=1.0, message="the quota full")
+        except WaitTimeout:
+            fig["fill_timeout"] = True
+        fig["fill_s"] = time.monotonic() - t0
+        running = pods.running_now()
+        fig.update(running=len(running), pending=per_pod_total - len(running), created=pods.created())
+        s1 = Scrapes(stack, rest, kueue, pids)
+        fig["fill"] = (s0, s1)
+        fig["stored"] = {kind: sum(count(rest, path(ns)) for ns in namespaces) for kind, path in (
+            ("pods", PODS.path), ("workloads", WORKLOADS.path),
+            ("events", lambda ns: f"/api/v1/namespaces/{ns}/events"))}
+        fig["workloads"] = fig["stored"]["workloads"]
+        fig["events"] = sum((events_by_source(rest, ns) for ns in namespaces), Counter())
+        print(f"  {way} fill: {fig['running']} Running, {fig['pending']} pending, {fig['created']} pods, "
+              f"{fig['workloads']} Workloads after {fig['fill_s']:.0f}s"
+              f"{' (bound reached)' if fig.get('fill_timeout') else ''}", flush=True)
+
+        # free: a tenth of the admitted clusters (those whose head runs) deleted at once
+        admitted = [(ns, n) for ns, n in names if any(
+            True for _ in pods.of(running, ns, n))]
+        whole = [(ns, n) for ns, n in admitted if len(pods.of(running, ns, n)) == args.workers + 1]
+        victims = (whole or admitted)[:max(1, len(admitted) // 10)]
+        freed = sum(len(pods.of(running, ns, n)) for ns, n in victims)
+        before_free = set(running)
+        t_free = time.monotonic()
+        for ns, n in victims:
+            rest.request("DELETE", RAYCLUSTERS.path(ns, n), query={"propagationPolicy": "Background"})
+
+        def next_running() -> list[float]:
+            return sorted(t - t_free for u, t in pods.running_now().items() if u not in before_free)
+
+        try:
+            wait_for(lambda: len(next_running()) >= min(freed, fig["pending"]), timeout=args.max_wait,
+                     interval=0.5, message="the freed quota used again")
+        except WaitTimeout:
+            fig["free_timeout"] = True
+        lags = next_running()[:freed]
+        fig.update(freed_clusters=len(victims), freed=freed, next_running=len(lags),
+                   free_p50=percentile(lags, 0.5) if lags else None,
+                   free_p99=percentile(lags, 0.99) if lags else None)
+        print(f"  {way} free: {len(victims)} clusters ({freed} pods) deleted; {len(lags)} pods ran next, "
+              f"p50 {fig['free_p50']}, p99 {fig['free_p99']}", flush=True)
+
+        # storm: an urgent cluster in the first queue preempts
+        storm_ns = namespaces[0]
+        settled = pods.running_now()
+        deleted_before = set(pods.deleted)
+        t_storm = time.monotonic()
+        rest.create(RAYCLUSTERS.path(storm_ns),
+                    cluster_body(way, storm_ns, STORM, args.storm_workers, URGENT_CLASS))
+
+        def storm_running() -> int:
+            return len(pods.of(pods.running_now(), storm_ns, STORM))
+
+        try:
+            wait_for(lambda: storm_running() >= args.storm_workers + 1, timeout=args.max_wait,
+                     interval=0.5, message="the urgent cluster's pods Running")
+        except WaitTimeout:
+            fig["storm_timeout"] = True
+        fig["storm_s"] = time.monotonic() - t_storm
+        with pods.lock:
+            gone = [u for u in pods.deleted if u not in deleted_before and u in settled]
+        fig.update(storm_running=storm_running(), storm_deleted=len(gone))
+        s2 = Scrapes(stack, rest, kueue, pids)
+        fig["all"] = (s0, s2)
+        fig["storm"] = (s1, s2)
+        print(f"  {way} storm: {fig['storm_running']}/{args.storm_workers + 1} urgent pods Running after "
+              f"{fig['storm_s']:.1f}s; {len(gone)} running pods deleted", flush=True)
+    finally:
+        watch.stop()
+        delete_queues(rest, namespaces, args.max_wait)
+        if server is not None:
+            server.unregister()
+            server.close()
+    return fig
+
+
+# ---- the table --------------------------------------------------------------------------
+
+Row = tuple[str, list[str]]
+
+
+def rows(results: list[dict[str, Any]]) -> list[Row]:
+    def each(f: Callable[[dict[str, Any]], str]) -> list[str]:
+        out = []
+        for r in results:
+            try:
+                out.append(f(r))
+            except (KeyError, TypeError, ZeroDivisionError):
+                out.append("-")
+        return out
+
+    def per_k(r: dict[str, Any], v: float, fmt: str = ",.0f") -> str:
+        if not r["pending"]:
+            return f"{v:{fmt}}"
+        return f"{v:{fmt}} ({v / r['pending'] * 1000:,.2f} per 1,000 pending)"
+
+    def kueue(r: dict[str, Any], phase: str = "all") -> scrape.Samples:
+        a, b = r[phase]
+        return scrape.diff(b.kueue, a.kueue)
+
+    def kueue_total(r: dict[str, Any], name: str, phase: str = "all", **match: str) -> float:
+        return scrape.total(kueue(r, phase), name, **match)
+
+    def proc(r: dict[str, Any], name: str) -> str:
+        a, b = r["all"]
+        if name not in b.procs:
+            return "not running"
+        cpu = b.procs[name].cpu_s - a.procs[name].cpu_s
+        return f"{per_k(r, cpu, '.1f')} CPU s; peak RSS {b.procs[name].hwm_mib:.0f} MiB"
+
+    def quant(r: dict[str, Any], hist: str) -> str:
+        d = kueue(r)
+        p50, p99, m = (scrape.quantile(d, hist, 0.5), scrape.quantile(d, hist, 0.99), scrape.mean(d, hist))
+        return f"p50 {p50:.3f} / p99 {p99:.3f} / mean {m:.3f}" if m is not None else "none"
+
+    def requests(r: dict[str, Any], writes_only: bool = False) -> str:
+        a, b = r["all"]
+        found = requests_by(a, b)
+        return per_k(r, sum(v for k, v in found.items()
+                            if not writes_only or k.split()[0] not in ("GET", "LIST", "WATCH")))
+
+    def db(r: dict[str, Any]) -> str:
+        a, b = r["fill"]
+        mib = [scrape.total(x.etcd, "etcd_mvcc_db_total_size_in_use_in_bytes") / 2 ** 20 for x in (a, b)]
+        return per_k(r, mib[1] - mib[0], ".1f")
+
+    def secs(v: float | None, timeout: bool = False) -> str:
+        return ("-" if v is None else f"{v:.2f}") + (" (bound reached)" if timeout else "")
+
+    def stored(r: dict[str, Any]) -> str:
+        return " / ".join(f"{r['stored'][k]:,}" for k in ("pods", "workloads", "events"))
+
+    return [
+        ("nominal cpu over the cohort", each(lambda r: f"{r['quota']}")),
+        ("pods asked for (heads + workers)", each(lambda r: f"{r['total_pods']:,}")),
+        ("Running when the quota is full / pending pods", each(
+            lambda r: f"{r['running']:,} / {r['pending']:,}")),
+        ("stored when full: pods / Workloads / Events", each(stored)),
+        ("fill: create to quota full (s)", each(lambda r: secs(r["fill_s"], r.get("fill_timeout", False)))),
+        ("free: clusters deleted (pods freed)", each(lambda r: f"{r['freed_clusters']} ({r['freed']})")),
+        ("free: freed quota -> next pod Running p50 (s)", each(
+            lambda r: secs(r["free_p50"], r.get("free_timeout", False)))),
+        ("free: freed quota -> next pod Running p99 (s)", each(lambda r: secs(r["free_p99"]))),
+        ("storm: urgent pods Running", each(lambda r: f"{r['storm_running']}")),
+        ("storm: until every urgent pod Running (s)", each(
+            lambda r: secs(r["storm_s"], r.get("storm_timeout", False)))),
+        ("storm: running pods deleted", each(lambda r: f"{r['storm_deleted']}")),
+        ("storm: Workloads Kueue preempted", each(
+            lambda r: f"{kueue_total(r, 'kueue_preempted_workloads_total', 'storm'):.0f}")),
+        ("Kueue admission attempts", each(
+            lambda r: per_k(r, kueue_total(r, "kueue_admission_attempts_total")))),
+        ("  of which success", each(
+            lambda r: f"{kueue_total(r, 'kueue_admission_attempts_total', result='success'):,.0f}")),
+        ("Kueue admission attempt duration (cycle, s)", each(
+            lambda r: quant(r, "kueue_admission_attempt_duration_seconds"))),
+        ("Kueue admission wait (s)", each(lambda r: quant(r, "kueue_admission_wait_time_seconds"))),
+        ("Kueue", each(lambda r: proc(r, "kueue"))),
+        ("raykueue", each(lambda r: proc(r, "raykueue"))),
+        ("API requests", each(requests)),
+        ("  of which writes", each(lambda r: requests(r, writes_only=True))),
+        ("etcd DB in use added by fill (MiB, history compacted before)", each(db)),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=50)
+    parser.add_argument("--quota-fraction", type=float, default=0.33)
+    parser.add_argument("--queues", type=int, default=4, help="ClusterQueues in the cohort")
+    parser.add_argument("--storm-workers", type=int, default=200)
+    parser.add_argument("--ways", default=",".join(WAYS))
+    parser.add_argument("--max-wait", type=float, default=900, help="bound on each phase, seconds")
+    parser.add_argument("--keep-stack", action="store_true")
+    args = parser.parse_args()
+    ways = [w for w in args.ways.split(",") if w]
+    if set(ways) - set(WAYS):
+        parser.error(f"unknown ways; known: {', '.join(WAYS)}")
+
+    config = devstack.StackConfig()
+    if config.kueue_mode != "shipped":
+        parser.error("Kueue's elastic RayCluster needs Kueue as shipped (RAYKUEUE_KUEUE=shipped)")
+    (metrics_port,) = devstack.free_ports(1)
+    config.kueue_config = {"metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"}}
+    per_pod_total = args.clusters * (args.workers + 1)
+    room = round(args.quota_fraction * per_pod_total) + args.storm_workers + 2 * args.queues + 10
+    config.nodes.count = KWOK_NODES
+    per_node = max(110, -(-room // KWOK_NODES) + 10)
+    config.nodes.capacity = {"cpu": str(per_node), "memory": f"{per_node}Gi", "nvidia.com/gpu": "0",
+                             "pods": str(per_node)}
+    config.ready_timeout = 300
+    stack, started = devstack.up("e2e", config)
+    bind, restore = kueue_metrics_on(stack)
+    api = load_api_client(str(stack.kubeconfig))
+    assert api is not None
+    rest = Rest(api)
+    results: list[dict[str, Any]] = []
+    failed: list[str] = []
+    t_run = time.monotonic()
+    print(f"stack at {stack.dir}: {args.clusters} clusters x (head + {args.workers} workers), quota "
+          f"{args.quota_fraction} of {per_pod_total:,} pods over {args.queues} ClusterQueues; storm "
+          f"{args.storm_workers} workers; ways in turn: {', '.join(ways)}", flush=True)
+    try:
+        kueue = (f"https://{bind}/metrics", scrape.metrics_token(rest))
+        workdir = Path(tempfile.mkdtemp(prefix="raykueue-cohort-"))
+        for way in ways:
+            print(f"turn {way}", flush=True)
+            try:
+                results.append(run_way(stack, rest, kueue, way, args, workdir))
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception:
+                failed.append(way)
+                print(f"  {way} FAILED:\n{traceback.format_exc()}", flush=True)
+    finally:
+        if restore is not None:  # a stack this run did not start is left as it was found
+            (kueue_dir(stack.config) / "config.yaml").write_text(restore)
+            restart_kueue(stack)
+        if started and not args.keep_stack:
+            devstack.down(config)
+    print(f"\nOne run, {time.monotonic() - t_run:.0f}s; ways in turn, Kueue restarted before each:\n")
+    print("| figure | " + " | ".join(r["way"] for r in results) + " |")
+    print("|---|" + "---|" * len(results))
+    for name, values in rows(results):
+        print(f"| {name} | " + " | ".join(values) + " |")
+    for r in results:
+        a, b = r["all"]
+        top = requests_by(a, b).most_common(12)
+        print(f"\n{r['way']} API requests, largest (verb resource: count, per 1,000 pending): " + "; ".join(
+            f"{k}: {v} ({v / max(1, r['pending']) * 1000:.0f})" for k, v in top))
+        d = scrape.diff(b.api, a.api)
+        hooks = sorted({dict(labels).get("name", "") for labels, v in d.get(WEBHOOK + "_count", {}).items()
+                        if v > 0})
+        print(f"{r['way']} webhooks as the API server timed them (calls, p50 / mean s): " + "; ".join(
+            f"{n}: {scrape.total(d, WEBHOOK + '_count', name=n):.0f}, "
+            f"{scrape.quantile(d, WEBHOOK, 0.5, name=n) or 0:.3f} / "
+            f"{scrape.mean(d, WEBHOOK, name=n) or 0:.3f}"
+            for n in hooks))
+        post = {"verb": "POST", "resource": "pods", "subresource": ""}
+        print(f"{r['way']} POST pods as the API server timed them: p50 "
+              f"{scrape.quantile(d, 'apiserver_request_duration_seconds', 0.5, **post) or 0:.3f} s, mean "
+              f"{scrape.mean(d, 'apiserver_request_duration_seconds', **post) or 0:.3f} s")
+        print(f"{r['way']} Events in the bench namespaces when full (component, reason: count): " + "; ".join(
+            f"{src}, {reason}: {v}" for (src, reason), v in r["events"].most_common()))
+        grown = {k: v for k, v in scrape.by_label(b.api, "apiserver_storage_objects", "resource").items()
+                 if v - scrape.by_label(a.api, "apiserver_storage_objects", "resource").get(k, 0) > 0}
+        print(f"{r['way']} storage objects at the end, where they grew: "
+              + ", ".join(f"{k} {v:.0f}" for k, v in sorted(grown.items())))
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    interruptible()
+    sys.exit(main())

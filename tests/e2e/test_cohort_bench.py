@@ -1,0 +1,57 @@
+"""bench/cohort.py at its smallest, on the e2e tier's stack: a smoke run that proves the
+script works end to end (both ways admit pods, the storm's pods run, every figure is
+printed). No timing is asserted: the figures are the bench's, read in bench/RESULTS.md.
+
+The bench restarts Kueue before each way (so that its CPU and peak RSS are the way's
+own) and, since this stack's Kueue serves no metrics, turns them on for the run and
+restores Kueue's configuration after it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import devstack
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STORM_WORKERS = 2
+ARGS = ["--clusters", "3", "--workers", "2", "--quota-fraction", "0.5", "--queues", "1",
+        "--storm-workers", str(STORM_WORKERS), "--max-wait", "300"]
+WAYS = ("kueue-elastic", "raykueue")
+
+
+def table(out: str) -> dict[str, dict[str, str]]:
+    """The bench's markdown table: figure -> way -> cell."""
+    lines = [line for line in out.splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert header[0] == "figure", lines[0]
+    found: dict[str, dict[str, str]] = {}
+    for line in lines[1:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        found[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
+    return found
+
+
+def test_cohort_bench_smoke(e2e_stack: devstack.Stack) -> None:
+    env = {**os.environ, "RAYKUEUE_STACK_DIR": str(e2e_stack.dir)}
+    proc = subprocess.run([sys.executable, "bench/cohort.py", *ARGS], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    figures = table(proc.stdout)
+    assert set(figures["nominal cpu over the cohort"]) == set(WAYS), out
+    for way in WAYS:
+        running, pending = (int(x.replace(",", "")) for x in
+                            figures["Running when the quota is full / pending pods"][way].split(" / "))
+        assert running > 0 and pending > 0, out
+        assert figures["storm: urgent pods Running"][way] == str(STORM_WORKERS + 1), out
+        assert int(figures["free: clusters deleted (pods freed)"][way].split()[0]) >= 1, out
+        for name, cells in figures.items():
+            if name == "raykueue" and way == "kueue-elastic":
+                assert cells[way] == "not running", out
+                continue
+            assert cells[way] not in ("", "-", "none"), f"{name} missing for {way}:\n{out}"
+            assert "bound reached" not in cells[way], f"{name} for {way}:\n{out}"
