@@ -35,6 +35,7 @@ Prints one markdown table with both ways side by side; exits nonzero if a way fa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -528,7 +529,9 @@ def main() -> int:
     config.nodes.capacity = {"cpu": str(per_node), "memory": f"{per_node}Gi", "nvidia.com/gpu": "0",
                              "pods": str(per_node)}
     config.ready_timeout = 300
-    stack, started = devstack.up("e2e", config)
+    # As a user of the stack (our pid), never as its owner: without a pid, up() marks a
+    # stack it reuses "manual", and a test session's stack would then outlive the session.
+    stack, _ = devstack.up("e2e", config, user_pid=os.getpid())
     bind, restore = kueue_metrics_on(stack)
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
@@ -555,8 +558,8 @@ def main() -> int:
         if restore is not None:  # a stack this run did not start is left as it was found
             (kueue_dir(stack.config) / "config.yaml").write_text(restore)
             restart_kueue(stack)
-        if started and not args.keep_stack:
-            devstack.down(config)
+        if not args.keep_stack:
+            devstack.release(config, os.getpid())  # stops only a stack this run started
     print(f"\nOne run, {time.monotonic() - t_run:.0f}s; ways in turn, Kueue restarted before each:\n")
     print("| figure | " + " | ".join(r["way"] for r in results) + " |")
     print("|---|" + "---|" * len(results))

@@ -37,10 +37,14 @@ def table(out: str) -> dict[str, dict[str, str]]:
 
 def test_cohort_bench_smoke(e2e_stack: devstack.Stack) -> None:
     env = {**os.environ, "RAYKUEUE_STACK_DIR": str(e2e_stack.dir)}
+    owner = e2e_stack.read().owner
     proc = subprocess.run([sys.executable, "bench/cohort.py", *ARGS], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
+    # The bench is one more user of the session's stack, never its owner: had it taken the
+    # stack over, the stack would outlive the test session (.ci/run fails on that).
+    assert e2e_stack.read().owner == owner, "bench/cohort.py took the session's stack over"
     figures = table(proc.stdout)
     assert set(figures["nominal cpu over the cohort"]) == set(WAYS), out
     for way in WAYS:
