@@ -529,9 +529,9 @@ def main() -> int:
     config.nodes.capacity = {"cpu": str(per_node), "memory": f"{per_node}Gi", "nvidia.com/gpu": "0",
                              "pods": str(per_node)}
     config.ready_timeout = 300
-    # As a user of the stack (our pid), never as its owner: without a pid, up() marks a
-    # stack it reuses "manual", and a test session's stack would then outlive the session.
-    stack, _ = devstack.up("e2e", config, user_pid=os.getpid())
+    # A user of the stack (our pid) until the release below: a stack of a test session
+    # stays the session's; one this run starts goes with the release (kept with --keep-stack).
+    stack, _ = devstack.up("e2e", config, user_pid=os.getpid(), by_hand=args.keep_stack)
     bind, restore = kueue_metrics_on(stack)
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
@@ -558,8 +558,7 @@ def main() -> int:
         if restore is not None:  # a stack this run did not start is left as it was found
             (kueue_dir(stack.config) / "config.yaml").write_text(restore)
             restart_kueue(stack)
-        if not args.keep_stack:
-            devstack.release(config, os.getpid())  # stops only a stack this run started
+        devstack.release(config, os.getpid())
     print(f"\nOne run, {time.monotonic() - t_run:.0f}s; ways in turn, Kueue restarted before each:\n")
     print("| figure | " + " | ".join(r["way"] for r in results) + " |")
     print("|---|" + "---|" * len(results))

@@ -32,6 +32,7 @@ and raykueue's controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -379,7 +380,9 @@ def main() -> int:
     args = parser.parse_args()
 
     config = bench_config()
-    stack, started = devstack.up("e2e", config)
+    # A user of the stack (our pid) until the release below: a stack of a test session
+    # stays the session's; one this run starts goes with the release (kept with --keep-stack).
+    stack, started = devstack.up("e2e", config, user_pid=os.getpid(), by_hand=args.keep_stack)
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     rest = Rest(api)
@@ -441,8 +444,7 @@ def main() -> int:
             unregister_kueue_pod_webhooks(stack)
         for name in ns.values():
             rest.delete(f"/api/v1/namespaces/{name}")
-        if started and not args.keep_stack:
-            devstack.down(config)
+        devstack.release(config, os.getpid())
     return 0
 
 

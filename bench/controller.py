@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -61,7 +62,8 @@ def main() -> int:
     # An api-tier stack of its own: no Kueue, scheduler or kwok writing to the
     # same pods and Workloads, so the API server's counts are ours and the bench's.
     config = devstack.StackConfig(stack_dir=Path(tempfile.mkdtemp(prefix="raykueue-bench-")))
-    stack, started = devstack.up("api", config, quiet=True)
+    # Joined with our pid and released at the end: the stack is this run's (its own dir).
+    stack, started = devstack.up("api", config, quiet=True, user_pid=os.getpid())
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     admin = Rest(api)
@@ -160,8 +162,7 @@ def main() -> int:
     for path in (t.FLAVORS.path(None, scope["flavor"]), t.WPCS.path(None, scope["head"]),
                  t.WPCS.path(None, scope["worker"])):
         admin.delete(path)
-    if started:
-        devstack.down(config)
+    devstack.release(config, os.getpid())
     return 0
 
 

@@ -43,6 +43,7 @@ Prints one table (markdown) with every figure for every way.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -609,7 +610,9 @@ def main() -> int:
     if not gate_on:
         # Only this run's stack: Kueue as shipped otherwise.
         config.kueue_config = {"featureGates": {ELASTIC_GATE: True}}
-    stack, started = devstack.up("e2e", config)
+    # A user of the stack (our pid) until the release below: a stack of a test session
+    # stays the session's; one this run starts goes with the release (kept with --keep-stack).
+    stack, started = devstack.up("e2e", config, user_pid=os.getpid(), by_hand=args.keep_stack)
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     rest = Rest(api)
@@ -636,8 +639,7 @@ def main() -> int:
             results[way] = run_way(ctx, way)
     finally:
         server.close()
-        if started and not args.keep_stack:
-            devstack.down(config)
+        devstack.release(config, os.getpid())
     print(f"\nOne run, {time.monotonic() - t_run:.0f}s, ways in turn, each scenario in its own "
           f"namespace and ClusterQueue:")
     for line in table(results, skipped):

@@ -21,6 +21,7 @@ whichever is larger (KubeRay created 2-18 pods a second on a loaded machine, ben
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -228,7 +229,9 @@ def main() -> int:
     # Room for the largest size plus the head and a tenth to spare, on nodes and in quota.
     room = largest + largest // 10 + 100
     config = bench_config(nodes=KWOK_NODES, pods_per_node=max(600, -(-room // KWOK_NODES)))
-    stack, started = devstack.up("e2e", config)
+    # A user of the stack (our pid) until the release below: a stack of a test session
+    # stays the session's; one this run starts goes with the release (kept with --keep-stack).
+    stack, started = devstack.up("e2e", config, user_pid=os.getpid(), by_hand=args.keep_stack)
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     rest = Rest(api)
@@ -261,8 +264,7 @@ def main() -> int:
                 if count / n >= 0.01:
                     print(f"    {label(key):32s} {count / n:6.2f} per worker")
     finally:
-        if started and not args.keep_stack:
-            devstack.down(config)
+        devstack.release(config, os.getpid())
     print("\n| workers | last pod created (s) | gated + Workload (s) | per 1,000 pods (s) | all Running (s) "
           "| Workload lag p50/p99 (s) | RSS at start (MiB) | peak RSS (MiB) | MiB per pod "
           "| writes per worker |")

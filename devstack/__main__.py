@@ -65,7 +65,7 @@ def _up(args: argparse.Namespace, config: StackConfig) -> int:
     if args.timeout:
         config.ready_timeout = args.timeout
     try:
-        stack, _ = up(args.tier, config)
+        stack, _ = up(args.tier, config, by_hand=True)
     except StackError as e:
         print(f"devstack: {e}", file=sys.stderr)
         return 1
@@ -82,7 +82,7 @@ def _status(args: argparse.Namespace, stack: Stack) -> int:
         print(f"tier {st['tier']}  kueue {st['kueue_mode']}  server {st['server']}  "
               f"ready={st['apiserver_ready']}")
         print(f"kubeconfig {st['kubeconfig']}")
-        print(f"owner {st['owner']}  test sessions using it: {st['users'] or 'none'}")
+        print(f"owner {st['owner']}  users (sessions, bench runs): {st['users'] or 'none'}")
         for name, c in st["components"].items():
             extra = f"pid {c['pid']} ports {c['ports']} log {c['log']}" if "pid" in c else ""
             print(f"  {name:24} {c['state']:12} {extra}")

@@ -22,6 +22,7 @@ from . import state
 from .components import COMPONENTS
 from .config import KUEUE_MODE_ENV, TIERS, StackConfig
 from .handle import Stack
+from .ownership import SESSION, owner_after_up, release_stops
 from .plan import bring_up, components_for, stop_order
 from .procs import StackError, free_ports, tail
 
@@ -34,19 +35,24 @@ def _log(msg: str) -> None:
 
 
 def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = False,
-       user_pid: int | None = None) -> tuple[Stack, bool]:
+       user_pid: int | None = None, by_hand: bool = False) -> tuple[Stack, bool]:
     """Start the stack at `tier`, or reuse/upgrade one that is running.
 
     Returns (stack, started) where `started` is True when this call started etcd
-    and the API server. With `user_pid` (a test session), the pid is recorded as a
-    user of the stack and a stack it starts is marked "session": `release()` by
-    the last live user stops it. Without it (scripts/cluster up) the stack is
-    marked "manual" and only `down` stops it.
+    and the API server. `user_pid` (default: this process) is recorded as a user
+    of the stack until it calls `release()`. A stack this call starts is stopped
+    by the last live user's `release()` ("session") unless `by_hand` marks it
+    "manual", for `down` alone (`python -m devstack up`, which records no user
+    unless given one: it exits at once and never releases). Joining a running
+    stack never takes it over (ownership.owner_after_up): a bench run inside a
+    test session leaves the session's stack to the session.
     Raises StackError naming every component that failed, with its log's tail.
     """
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}")
     config = config or StackConfig()
+    if user_pid is None and not by_hand:
+        user_pid = os.getpid()
     log = (lambda m: None) if quiet else _log
     with state.locked(config.stack_dir):
         t0 = time.monotonic()
@@ -61,6 +67,7 @@ def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = Fa
             _other_mode(stack, config.kueue_mode, user_pid, log)
             _down(stack, keep_logs=True)
             stack = None
+        recorded = None
         if stack is None:
             stack = Stack(config)
             stack.dir.mkdir(parents=True, exist_ok=True)
@@ -68,13 +75,17 @@ def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = Fa
             stack.record()
             started = True
         else:
+            recorded = stack.owner
             log(f"reusing the {stack.tier} stack at {stack.dir}")
             stack.write_kubeconfig()
-        if user_pid is None:
-            stack.record(owner="manual")
-        else:
-            if started:
-                stack.record(owner="session")
+        others = [p for p in state.live_users(stack.dir) if p != user_pid]
+        owner = owner_after_up(recorded, by_hand=by_hand, other_users=bool(others))
+        if owner != recorded:
+            stack.record(owner=owner)
+        if by_hand and owner == SESSION:
+            log(f"joined, not kept: pids {others} use the stack and the last of them to release "
+                "it stops it; `down` and `up` again for a stack that stays")
+        if user_pid is not None:
             state.add_user(stack.dir, user_pid)
         stack.ensure_pki()
         bring_up(stack, tier, log)
@@ -85,7 +96,7 @@ def up(tier: str = "e2e", config: StackConfig | None = None, *, quiet: bool = Fa
 def _other_mode(stack: Stack, wanted: str, user_pid: int | None, log: Callable[[str], None]) -> None:
     """A stack runs the other Kueue mode: it may go if only a finished session started it."""
     others = [p for p in state.live_users(stack.dir) if p != user_pid]
-    if stack.read().owner != "session" or others:
+    if stack.read().owner != SESSION or others:
         who = f"sessions {others} use it" if others else "it was started by hand (`up`)"
         raise StackError(
             f"the stack at {stack.dir} runs Kueue {stack.kueue_mode!r} but {wanted!r} was asked "
@@ -109,13 +120,13 @@ def _healthy(stack: Stack, patience: float = 30.0) -> bool:
 
 def release(config: StackConfig | None = None, user_pid: int | None = None,
             *, keep_logs: bool = True) -> bool:
-    """A test session is done with the stack. Stops it (returns True) when the stack
-    was started by a session and no other live session uses it."""
+    """`user_pid` (default: this process) is done with the stack. Stops it (returns
+    True) when no live user is left and no one started it by hand."""
     config = config or StackConfig()
     with state.locked(config.stack_dir):
-        state.remove_user(config.stack_dir, user_pid or os.getpid())
+        state.remove_user(config.stack_dir, os.getpid() if user_pid is None else user_pid)
         stack = Stack.load(config)
-        if stack is None or stack.owner != "session" or state.live_users(config.stack_dir):
+        if stack is None or not release_stops(stack.owner, len(state.live_users(config.stack_dir))):
             return False
         _down(stack, keep_logs=keep_logs)
         return True

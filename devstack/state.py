@@ -24,8 +24,9 @@ STATE_VERSION = 1
 @dataclass
 class State:
     tier: str | None = None
-    # "manual" (scripts/cluster up: stays up) or "session" (a test session started
-    # it: the last session using it stops it)
+    # "manual" (started by hand, scripts/cluster up: stays up) or "session" (started
+    # by a test session or a bench run: the last user's release stops it); the rule
+    # is ownership.py's
     owner: str = "manual"
     # Which Kueue the stack runs (config.KUEUE_MODES); a state.json from before the
     # modes existed ran "minimal".
@@ -82,7 +83,7 @@ def locked(stack_dir: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-# ---- test sessions using a stack: one empty file per pid ---------------------------
+# ---- processes using a stack (test sessions, bench runs): one empty file per pid ----
 
 def users_dir(stack_dir: Path) -> Path:
     return stack_dir / "users"
