@@ -10,6 +10,7 @@ a cluster the view is empty and the webhook decides from the pod alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raykueue.core import contract as c
@@ -80,6 +81,18 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
+@dataclass(frozen=True, slots=True)
+class _Stores:
+    """What a view reads, swapped whole: a review in flight sees one set or the other."""
+
+    owners: Mapping[str, Store]
+    local_queues: Store | None
+    priority_classes: Store | None
+    # Kueue's setup as coexist/ reads it: which Ray kinds Kueue would admit whole.
+    kueue: Callable[[], KueueSetup] | None
+    namespaces: Store | None
+
+
 class ClusterView:
     def __init__(
         self,
@@ -89,12 +102,7 @@ class ClusterView:
         kueue: Callable[[], KueueSetup] | None = None,
         namespaces: Store | None = None,
     ) -> None:
-        self.owners = owners
-        self.local_queues = local_queues
-        self.priority_classes = priority_classes
-        self.namespaces = namespaces
-        # Kueue's setup as coexist/ reads it: which Ray kinds Kueue would admit whole.
-        self.kueue = kueue
+        self.attach(owners, local_queues, priority_classes, kueue, namespaces)
 
     @classmethod
     def offline(cls) -> ClusterView:
@@ -107,22 +115,16 @@ class ClusterView:
         owners = {kind: _NOTHING for kind in (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND)}
         return cls(owners, _NOTHING)
 
-    def attach(self, owners: Mapping[str, Store], local_queues: Store,
-               priority_classes: Store | None, kueue: Callable[[], KueueSetup],
+    def attach(self, owners: Mapping[str, Store], local_queues: Store | None,
+               priority_classes: Store | None = None, kueue: Callable[[], KueueSetup] | None = None,
                namespaces: Store | None = None) -> None:
-        """The caches, once the cluster answers (reviews in flight see either set)."""
-        self.owners = owners
-        self.namespaces = namespaces
-        self.local_queues = local_queues
-        self.priority_classes = priority_classes
-        self.kueue = kueue
-
-    @property
-    def online(self) -> bool:
-        return self.local_queues is not None
+        """The caches, once the cluster answers (one assignment: reviews in flight see
+        either set, never a mix)."""
+        self._stores = _Stores(owners, local_queues, priority_classes, kueue, namespaces)
 
     def context_for(self, pod: Obj, namespace: str) -> PodContext:
-        if not self.online:
+        stores = self._stores
+        if stores.local_queues is None:
             return _OFFLINE
         chain: list[Obj] = []
         unresolved: str | None = None
@@ -132,7 +134,7 @@ class ClusterView:
             if ref is None:
                 break
             kind, name = ref
-            store = self.owners.get(kind)
+            store = stores.owners.get(kind)
             if store is None:
                 break  # that kind is not served here, so nothing can be learned from it
             found = store.get(namespace, name)
@@ -141,41 +143,44 @@ class ClusterView:
                 break
             chain.append(found)
             obj = found
-        assert self.local_queues is not None
-        default_queue = self.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None
-        setup = self.kueue() if self.kueue is not None else None
+        default_queue = stores.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None
+        setup = stores.kueue() if stores.kueue is not None else None
         return PodContext(
             owners=tuple(chain),
             unresolved_owner=unresolved,
             default_queue_exists=default_queue,
-            priority_values=_PriorityValues(self.priority_classes),
+            priority_values=_PriorityValues(stores.priority_classes),
             kueue_job_kinds=setup.ray_kinds if setup is not None else frozenset(),
             # A pod only gets a warning from this, so a namespace the cache does not
             # hold yet is judged by the one label every namespace carries.
             kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(
-                self.namespace_labels(namespace) or namespace_labels(namespace)),
+                _namespace_labels(stores, namespace) or namespace_labels(namespace)),
         )
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         """The namespace's labels from the cache; None when it does not hold the namespace."""
-        found = self.namespaces.get(None, namespace) if self.namespaces is not None else None
-        return labels(found) if found is not None else None
+        return _namespace_labels(self._stores, namespace)
 
     def facts_for(self, obj: Obj, namespace: str) -> NamespaceFacts:
         """What the Ray-object stages need to know about `obj`'s namespace."""
-        if not self.online:
+        stores = self._stores
+        if stores.local_queues is None:
             return NamespaceFacts(namespace=namespace)
-        assert self.local_queues is not None
-        setup = self.kueue() if self.kueue is not None else None
+        setup = stores.kueue() if stores.kueue is not None else None
         manages: bool | None = False
         if setup is not None and setup.manage_jobs_without_queue_name and obj.get("kind") in setup.ray_kinds:
-            found = self.namespace_labels(namespace)
+            found = _namespace_labels(stores, namespace)
             manages = None if found is None else setup.manages_unqueued_in(found)
         return NamespaceFacts(
-            default_queue_exists=self.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None,
+            default_queue_exists=stores.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None,
             kueue_manages_unqueued=manages,
             namespace=namespace,
         )
+
+
+def _namespace_labels(stores: _Stores, namespace: str) -> Mapping[str, str] | None:
+    found = stores.namespaces.get(None, namespace) if stores.namespaces is not None else None
+    return labels(found) if found is not None else None
 
 
 class _PriorityValues(Mapping[str, int]):

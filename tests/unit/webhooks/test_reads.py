@@ -42,6 +42,17 @@ def test_owner_chain_is_followed_through_rayjob() -> None:
     assert ctx.unresolved_owner is None and ctx.default_queue_exists is False
 
 
+def test_a_connecting_view_reads_the_caches_attached_to_it_whole() -> None:
+    view = ClusterView.connecting()
+    ctx = view.context_for(rv.pod_of(rv.head_review()), "team-a")
+    assert ctx.unresolved_owner == "RayCluster team-a/raycluster-gpu"  # refused until attached
+    cluster = owned("raycluster-gpu", "RayCluster")
+    view.attach({"RayCluster": Store(cluster)}, Store(owned(c.DEFAULT_LOCAL_QUEUE, "LocalQueue")))
+    ctx = view.context_for(rv.pod_of(rv.head_review()), "team-a")
+    assert [o["metadata"]["name"] for o in ctx.owners] == ["raycluster-gpu"]
+    assert ctx.unresolved_owner is None and ctx.default_queue_exists
+
+
 def test_missing_owner_is_reported_unresolved() -> None:
     view = ClusterView({"RayCluster": Store()}, Store())
     ctx = view.context_for(rv.pod_of(rv.head_review()), "team-a")
