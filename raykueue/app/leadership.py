@@ -71,7 +71,7 @@ class ControllerHost:
         self.rest = rest
         self.settings = settings
         self.run_controller = run_controller
-        # Asked at the start of each term: whether Kueue reads PodsReady (runtime.pods_ready_with).
+        # Asked at the start of each term: whether to write PodsReady (kueueconfig.writes_pods_ready).
         self.pods_ready = pods_ready or (lambda: settings.pods_ready != "false")
         # The process's watches: each term's controller borrows what they hold.
         self.shared = shared

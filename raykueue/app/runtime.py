@@ -24,6 +24,7 @@ from raykueue.app.certificates import Certificates
 from raykueue.app.leadership import COMPONENT, ControllerHost
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
+from raykueue.coexist.kueueconfig import KueueSetup, writes_pods_ready
 from raykueue.coexist.policywatch import PolicyWatch
 from raykueue.coexist.watcher import KueueWatch
 from raykueue.controller.adopt import Adopter
@@ -60,20 +61,6 @@ def mutate_with(view: ClusterView, policy: PriorityPolicy, review: Review) -> Ou
 
 def ray_object_with(view: ClusterView, stage: Stage, policy: RayObjectPolicy, review: Review) -> Outcome:
     return admit_ray_object(review, stage, view.facts_for(review.object, review.namespace), policy)
-
-
-def pods_ready_with(settings: Settings, cluster: Cluster | None) -> bool:
-    """Whether the controller writes PodsReady: forced by the setting, else what Kueue reads.
-
-    Asked each time this replica starts leading. Without Kueue's Configuration the
-    answer is yes: a needless write costs one call, a missing one an eviction.
-    """
-    if settings.pods_ready != "auto":
-        return settings.pods_ready == "true"
-    kueue = cluster.kueue if cluster is not None else None
-    if kueue is None or not all(cache.wait_synced(10) for cache in kueue.caches):
-        return True
-    return kueue.snapshot.setup.wait_for_pods_ready
 
 
 def validate_with(controllers: frozenset[str], review: Review) -> Outcome:
@@ -222,6 +209,11 @@ class Cluster:
                                          else "") for cache in pending)
         return True, f"{len(self.caches)} caches synced"
 
+    def kueue_setup(self) -> KueueSetup | None:
+        """Kueue's setup as the watch has read it (waiting up to 10 s), None before it has."""
+        kueue = self.kueue
+        return kueue.setup_read(10) if kueue is not None else None
+
     def kueue_ready(self) -> tuple[bool, str]:
         kueue = self.kueue
         return kueue.probe() if kueue is not None else (False, "not connected yet")
@@ -264,7 +256,9 @@ def start(settings: Settings) -> Runtime:
     leadership = None
     if rest is not None and (settings.controller or settings.cert_secret):
         leadership = ControllerHost(rest, settings, run_controller=settings.controller,
-                                    pods_ready=partial(pods_ready_with, settings, cluster),
+                                    # asked each time this replica starts leading
+                                    pods_ready=partial(writes_pods_ready, settings.pods_ready,
+                                                       cluster.kueue_setup),
                                     shared=cluster.informers)
     if settings.cert_secret:
         is_leader = leadership.is_leader if leadership is not None else _never

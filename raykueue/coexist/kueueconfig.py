@@ -14,7 +14,7 @@ namespace and name raykueue reads are settings).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,19 @@ def parse(text: str, source: str) -> KueueSetup:
         wait = gates.get("DisableWaitForPodsReady") is not True
     return KueueSetup(frozenset(str(f) for f in frameworks),
                       bool(cfg.get("manageJobsWithoutQueueName", False)), selector, wait, source)
+
+
+def writes_pods_ready(setting: str, read_setup: Callable[[], KueueSetup | None]) -> bool:
+    """Whether the controller writes PodsReady: forced by the setting ("true", "false"),
+    else ("auto") what Kueue reads, asked of `read_setup` only then.
+
+    A setup not read yet (None) is a yes: a needless write costs one call, a missing
+    one an eviction by waitForPodsReady.
+    """
+    if setting != "auto":
+        return setting == "true"
+    setup = read_setup()
+    return setup is None or setup.wait_for_pods_ready
 
 
 def read_configuration(config_map: Mapping[str, Any] | None, source: str,

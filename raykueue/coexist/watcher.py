@@ -81,6 +81,12 @@ class KueueWatch:
         with self._lock:
             return self._snapshot
 
+    def setup_read(self, timeout: float) -> KueueSetup | None:
+        """Kueue's setup once both watches have listed (waiting at most `timeout`), else None."""
+        if not all(cache.wait_synced(timeout) for cache in self.caches):
+            return None
+        return self.snapshot.setup
+
     def refresh(self) -> Snapshot:
         config_map = next(iter(self._config.list()), None)
         error = None if self._config.synced else self._config.last_sync_error

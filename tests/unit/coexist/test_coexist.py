@@ -8,7 +8,14 @@ import pytest
 import yaml
 
 from raykueue.coexist.findings import KINDS, findings, unread
-from raykueue.coexist.kueueconfig import ASSUMED, SHIPPED_FRAMEWORKS, BadConfig, parse, read_configuration
+from raykueue.coexist.kueueconfig import (
+    ASSUMED,
+    SHIPPED_FRAMEWORKS,
+    BadConfig,
+    parse,
+    read_configuration,
+    writes_pods_ready,
+)
 from raykueue.core import contract as c
 from raykueue.core.selectors import matches
 
@@ -34,6 +41,23 @@ def test_wait_for_pods_ready_follows_the_api_version_and_the_feature_gate() -> N
     assert not parse(yaml.safe_dump(v1beta1), "cm").wait_for_pods_ready
     on = {**v1beta1, "waitForPodsReady": {"enable": True}}
     assert parse(yaml.safe_dump(on), "cm").wait_for_pods_ready
+
+
+def test_pods_ready_is_written_as_forced_else_as_kueue_reads_it_else_yes() -> None:
+    off = parse(kueue_config(featureGates={"DisableWaitForPodsReady": True}), "cm")
+    asked: list[str] = []
+
+    def reader(setup):
+        def read():
+            asked.append("read")
+            return setup
+        return read
+
+    assert writes_pods_ready("true", reader(off)) and not writes_pods_ready("false", reader(ASSUMED))
+    assert not asked, "a forced setting never waits for Kueue's setup"
+    assert not writes_pods_ready("auto", reader(off))
+    assert writes_pods_ready("auto", reader(ASSUMED))
+    assert writes_pods_ready("auto", reader(None)), "not read yet: a needless write beats an eviction"
 
 
 def ns(name: str, **labels: str) -> dict[str, str]:
