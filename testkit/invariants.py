@@ -28,6 +28,7 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import ApiError, Rest
+from testkit.watches import Watching
 
 WORKLOADS = r.crd(c.KUEUE_GROUP, "v1beta2", "workloads")
 RAY = {kind: r.crd(c.RAY_API_GROUP, "v1", kind.lower() + "s")
@@ -46,30 +47,21 @@ def opted_in(obj: dict[str, Any]) -> bool:
     return (obj.get("metadata", {}).get("annotations") or {}).get(c.STANDALONE_ANNOTATION) == "true"
 
 
-class Invariants:
+class Invariants(Watching):
     def __init__(self, admin: Rest, ns: str) -> None:
         self.admin, self.ns = admin, ns
         self.violations: list[str] = []
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._seen_opted_in: set[str] = set()  # uids of opted-in Ray objects
-        self.caches = [WatchCache(admin, r.PODS, namespace=ns), WatchCache(admin, WORKLOADS, namespace=ns)]
-        self.caches += [WatchCache(admin, res, namespace=ns) for res in RAY.values()]
-        self.caches[0].add_handler(self._pod)
-        self.caches[1].add_handler(self._workload)
-        for kind, cache in zip(RAY, self.caches[2:], strict=True):
+        pods, workloads = WatchCache(admin, r.PODS, namespace=ns), WatchCache(admin, WORKLOADS, namespace=ns)
+        pods.add_handler(self._pod)
+        workloads.add_handler(self._workload)
+        ray = [WatchCache(admin, res, namespace=ns) for res in RAY.values()]
+        for kind, cache in zip(RAY, ray, strict=True):
             cache.add_handler(lambda t, o, kind=kind: self._ray(kind, t, o))
-
-    def __enter__(self) -> Invariants:
-        for cache in self.caches:
-            cache.start()
-        for cache in self.caches:
-            assert cache.wait_synced(30), f"watch of {cache.resource.plural} in {self.ns} never synced"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for cache in self.caches:
-            cache.stop()
+        # Ray objects first: the Workload handler asks whether their owner is opted in.
+        self.caches = [*ray, workloads, pods]
 
     def _fail(self, what: str) -> None:
         with self._lock:
@@ -226,7 +218,7 @@ class InvariantBroken(AssertionError):
     """A watched invariant failed during the scenario (raised inside waits)."""
 
 
-class GangInvariants:
+class GangInvariants(Watching):
     """Every change of a namespace's pods and Workloads and of its ClusterQueue, checked
     as it happens, for a whole gang scenario:
 
@@ -262,6 +254,7 @@ class GangInvariants:
         self.pods.add_handler(self._pod)
         self.workloads.add_handler(self._workload)
         self.cqs.add_handler(lambda _, cq: self._reserved(cq))
+        self.caches = (self.cqs, self.workloads, self.pods)
         self.cq = ""
         self.nominal: Counter[str] = Counter()
 
@@ -274,14 +267,7 @@ class GangInvariants:
                 for flavor in group.get("flavors") or []:
                     for res in flavor.get("resources") or []:
                         self.nominal[res["name"]] += quantity(res["nominalQuota"])
-        for cache in (self.cqs, self.workloads, self.pods):
-            cache.start()
-            assert cache.wait_synced(30), f"watch of {cache.resource.plural} never synced"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for cache in (self.pods, self.workloads, self.cqs):
-            cache.stop()
+        return super().__enter__()
 
     def _fail(self, what: str) -> None:
         with self._lock:

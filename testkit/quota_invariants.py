@@ -38,6 +38,7 @@ from raykueue.kube.rest import ApiError, Rest
 from testkit.pods import gated as gated_by_raykueue
 from testkit.pods import running
 from testkit.waiting import wait_for
+from testkit.watches import Watching
 
 WORKLOADS = r.crd(c.KUEUE_GROUP, "v1beta2", "workloads")
 CLUSTER_QUEUES = r.crd(c.KUEUE_GROUP, "v1beta2", "clusterqueues", namespaced=False)
@@ -63,7 +64,7 @@ def owner(obj: dict[str, Any], kinds: Iterable[str]) -> dict[str, Any] | None:
     return None
 
 
-class QuotaInvariants:
+class QuotaInvariants(Watching):
     def __init__(self, admin: Rest, namespaces: Sequence[str], *, quota_namespaces: Sequence[str] = (),
                  cluster_queues: Sequence[str] = ()) -> None:
         # A client of its own, with a pool for its many watches and the reads they prompt.
@@ -100,15 +101,8 @@ class QuotaInvariants:
         self.cluster_queues.add_handler(lambda t, o: self._cluster_queue(o))
         self.caches = [*caches, self.cluster_queues]
 
-    def __enter__(self) -> QuotaInvariants:
-        for cache in self.caches:
-            cache.start()
-            assert cache.wait_synced(30), f"watch of {cache.resource.plural} never synced"
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        for cache in self.caches:
-            cache.stop()
+        super().__exit__(*exc)
         self._client.close()
 
     # --- for the test -------------------------------------------------------------------

@@ -23,6 +23,7 @@ from testkit.e2e.controller import (
     WORKLOADS,
 )
 from testkit.e2e.kueue_restart import restart_kueue
+from testkit.watches import Watching
 
 MANAGED = {"kueue-managed": "true"}
 
@@ -69,7 +70,7 @@ def blocker(ns: str, cpu: str) -> dict[str, Any]:
                  "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}]}}
 
 
-class Course:
+class Course(Watching):
     """What happens to the namespace's pods from start to end, and the counters around it."""
 
     def __init__(self, api: Rest, stack: devstack.Stack, ns: str, controller_server) -> None:
@@ -81,6 +82,7 @@ class Course:
         self._lock = threading.Lock()
         self.pods = WatchCache(api, PODS, namespace=ns)
         self.pods.add_handler(self._pod)
+        self.caches = (self.pods,)
 
     def _pod(self, event: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -113,13 +115,9 @@ class Course:
         return self.controller.metric_total("raykueue_pods_evicted_total")
 
     def __enter__(self) -> Course:
-        self.pods.start()
-        assert self.pods.wait_synced(30), "pod watch never synced"
+        super().__enter__()
         self.refused_before, self.evicted_before = self.refusals(), self.evictions()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.pods.stop()
 
 
 def gates_of(pod: dict[str, Any]) -> list[str]:

@@ -23,6 +23,7 @@ from testkit.e2e.controller import (
     WORKLOADS,
 )
 from testkit.waiting import wait_for
+from testkit.watches import Watching
 
 
 class LyingCache:
@@ -89,7 +90,7 @@ class InProcess:
         self.thread.join(timeout=30)
 
 
-class QuotaWatch:
+class QuotaWatch(Watching):
     """Every change of the namespace's Workloads, checked the moment it arrives: while
     `old` (a deleted pod's Workload) runs, it stays admitted and no other worker of the
     cluster is admitted beside the ones already running. (KubeRay, as built here, makes
@@ -108,6 +109,7 @@ class QuotaWatch:
         self._lock = threading.Lock()
         self.cache = WatchCache(api, WORKLOADS, namespace=ns)
         self.cache.add_handler(self._workload)
+        self.caches = (self.cache,)
 
     def _workload(self, event: str, wl: dict[str, Any]) -> None:
         name = wl["metadata"]["name"]
@@ -140,10 +142,3 @@ class QuotaWatch:
         with self._lock:
             self.stopped_at = time.time()
 
-    def __enter__(self) -> QuotaWatch:
-        self.cache.start()
-        assert self.cache.wait_synced(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cache.stop()

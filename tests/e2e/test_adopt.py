@@ -37,11 +37,12 @@ from testkit.pods import role, running
 from testkit.servers import RaykueueServer
 from testkit.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
+from testkit.watches import Watching
 
 EXEMPT_NAMESPACE = c.DEFAULT_NAMESPACE  # the webhooks' namespaceSelector leaves it out
 
 
-class PodDeletions:
+class PodDeletions(Watching):
     """Every pod of a namespace that starts going or goes, from the watch, with the
     reason its last state gives (raykueue's eviction condition, or none)."""
 
@@ -50,6 +51,7 @@ class PodDeletions:
         self._lock = threading.Lock()
         self._cache = WatchCache(api, r.PODS, namespace=ns)
         self._cache.add_handler(self._pod)
+        self.caches = (self._cache,)
 
     def _pod(self, event: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -60,14 +62,6 @@ class PodDeletions:
                if x.get("type") == c.EVICTED_CONDITION]
         with self._lock:
             self.seen.append(f"{event} {meta['name']} ({meta['uid']}) {why or 'no reason recorded'}")
-
-    def __enter__(self) -> PodDeletions:
-        self._cache.start()
-        assert self._cache.wait_synced(30), "pod watch never synced"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._cache.stop()
 
     def assert_none(self) -> None:
         with self._lock:

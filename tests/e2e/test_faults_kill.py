@@ -48,6 +48,7 @@ from testkit.e2e.controller import (  # noqa: F401 - fixtures
 from testkit.pods import gated, role, running
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for, within
+from testkit.watches import Watching
 
 ROUNDS = int(os.environ.get("RAYKUEUE_FAULT_ROUNDS", "20"))
 SEED = int(os.environ.get("RAYKUEUE_FAULT_SEED", str(int(time.time()) % 100_000)))
@@ -79,7 +80,7 @@ def kill(server: RaykueueServer) -> None:
     server.proc = None
 
 
-class Watcher:
+class Watcher(Watching):
     """Watches the namespace's pods and Workloads for the whole test (every change,
     not samples) and remembers the longest a gated pod went without a Workload."""
 
@@ -100,16 +101,7 @@ class Watcher:
         self._workloads = WatchCache(admin, WORKLOADS, namespace=ns)
         self._pods.add_handler(lambda _, pod: self._check(pod["metadata"]["uid"]))
         self._workloads.add_handler(lambda _, wl: self._check(w.pod_uid_of(wl) or ""))
-
-    def __enter__(self) -> Watcher:
-        for cache in (self._pods, self._workloads):
-            cache.start()
-            assert cache.wait_synced(30), f"watch of {cache.resource.plural} never synced"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for cache in (self._pods, self._workloads):
-            cache.stop()
+        self.caches = (self._pods, self._workloads)
 
     def controller_down(self) -> None:
         with self._lock:

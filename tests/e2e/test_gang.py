@@ -48,6 +48,7 @@ from testkit.invariants import WORKLOADS
 from testkit.pods import gated
 from testkit.servers import RaykueueServer
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.watches import Watching
 
 
 def ours(pod: dict[str, Any]) -> bool:
@@ -120,7 +121,7 @@ def test_without_the_annotation_both_clusters_half_start(admin, controller, queu
     print(f"\nNO GANG: API writes {writes:.0f} for {created} pods = {writes / created:.2f} per pod")
 
 
-class QuotaWatch:
+class QuotaWatch(Watching):
     """Quota the ClusterQueue holds against the pods that run, on every change of either.
 
     Excess is reserved cpu beyond what the namespace's released, not deleting
@@ -135,18 +136,9 @@ class QuotaWatch:
         self.windows: list[float] = []
         self._since: float | None = None
         self._lock = threading.Lock()
-        for cache in (self.pods, self.cqs):
+        self.caches = (self.pods, self.cqs)
+        for cache in self.caches:
             cache.add_handler(lambda *_: self._check())
-
-    def __enter__(self) -> QuotaWatch:
-        for cache in (self.pods, self.cqs):
-            cache.start()
-            assert cache.wait_synced(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for cache in (self.pods, self.cqs):
-            cache.stop()
 
     def excess(self) -> int:
         cq = self.cqs.get(None, self.cq) or {}

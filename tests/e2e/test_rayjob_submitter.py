@@ -45,6 +45,7 @@ from testkit.e2e.rayjob_sample import CODE_SAMPLE, CONFIG_MAPS, DOCUMENTED
 from testkit.pods import gated, role, running
 from testkit.quota_invariants import QuotaInvariants
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
+from testkit.watches import Watching
 
 # Head 1 CPU / 2Gi + worker 200m / 256Mi (KubeRay's wait-gcs-ready init container asks
 # 200m / 256Mi) + KubeRay's default submitter 500m / 200Mi: exactly the quota.
@@ -77,7 +78,7 @@ def _reserves_submitter(wl: dict[str, Any] | None) -> bool:
             and c.SUBMITTER_POD_SET in [x.get("name") for x in wl["spec"].get("podSets") or []])
 
 
-class SubmitterWatch:
+class SubmitterWatch(Watching):
     """Every change of the namespace's pods and Workloads: the submitter pod (a pod of
     KubeRay's Job for the RayJob) is never gated, and is never running unless its
     head's Workload is admitted with the submitter's podSet (a cache miss is judged
@@ -92,16 +93,7 @@ class SubmitterWatch:
         self.pods = WatchCache(api, r.PODS, namespace=ns)
         self.workloads = WatchCache(api, WORKLOADS, namespace=ns)
         self.pods.add_handler(self._pod)
-
-    def __enter__(self) -> SubmitterWatch:
-        for cache in (self.workloads, self.pods):
-            cache.start()
-            assert cache.wait_synced(30), f"watch of {cache.resource.plural} never synced"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for cache in (self.pods, self.workloads):
-            cache.stop()
+        self.caches = (self.workloads, self.pods)  # the pod handler reads the Workloads
 
     def _mark(self, what: str) -> None:
         with self._lock:

@@ -56,6 +56,7 @@ from testkit.invariants import Invariants
 from testkit.pods import gated, role, running
 from testkit.quota_invariants import QuotaInvariants
 from testkit.serve_standin import ServeStandin
+from testkit.watches import Watching
 
 EVENTS = Resource("", "v1", "events")
 SERVICES = Resource("", "v1", "services")
@@ -120,7 +121,7 @@ def cpu(pod: dict[str, Any]) -> int:
     return total
 
 
-class Course:
+class Course(Watching):
     """What happened to the namespace's Ray pods and the RayService's Services, as it happened.
 
     Watch caches, so every change is seen: the peak CPU that Ray pods ran with at
@@ -145,16 +146,6 @@ class Course:
                        WatchCache(admin, EVENTS, namespace=ns)]
         for cache, handler in zip(self.caches, (self._pod, self._service, self._event), strict=True):
             cache.add_handler(handler)
-
-    def __enter__(self) -> Course:
-        for cache in self.caches:
-            cache.start()
-            assert cache.wait_synced(30), f"watch of {cache.resource.plural} never synced"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for cache in self.caches:
-            cache.stop()
 
     def _pod(self, event: str, pod: dict[str, Any]) -> None:
         if role(pod) not in ("head", "worker"):

@@ -49,11 +49,12 @@ from testkit.e2e.removal_guard import InProcess, QuotaWatch
 from testkit.pods import gated, role, running
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import holds_for, wait_for
+from testkit.watches import Watching
 
 # --- a controller whose Workload cache lies -------------------------------------------------
 
 
-class Deletions:
+class Deletions(Watching):
     """Every pod of the namespace that was ever being deleted or deleted, in order."""
 
     def __init__(self, api: Rest, ns: str) -> None:
@@ -62,6 +63,7 @@ class Deletions:
         self._lock = threading.Lock()
         self.cache = WatchCache(api, PODS, namespace=ns)
         self.cache.add_handler(self._pod)
+        self.caches = (self.cache,)
 
     def _pod(self, event: str, pod: dict[str, Any]) -> None:
         if event != "DELETED" and not pod["metadata"].get("deletionTimestamp"):
@@ -76,13 +78,6 @@ class Deletions:
         with self._lock:
             return [x for x in self.seen if x[2] in uids]
 
-    def __enter__(self) -> Deletions:
-        self.cache.start()
-        assert self.cache.wait_synced(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cache.stop()
 
 
 def events(api: Rest, ns: str, reason: str, kind: str, name: str | None = None) -> list[dict]:

@@ -57,6 +57,7 @@ from testkit.rayjob_quota import (
     status,
 )
 from testkit.waiting import wait_for
+from testkit.watches import watching
 
 # Head 750m / 1Gi (no autoscaler sidecar), the worker 1 CPU / 1Gi: the whole quota.
 HEAD = (750, GI)
@@ -189,12 +190,8 @@ def scenario(admin: Rest, controller, queue, ray_tier: RayTier,
           QuotaInvariants(admin, [ns], quota_namespaces=[ns], cluster_queues=[f"e2e-{ns}"]) as inv,
           observed(admin, ns) as seen):
         sc = Scenario(admin, ns, inv, seen, ray_tier, ray_runner, tmp_path / "entrypoint.json")
-        sc.jobs.start()
-        assert sc.jobs.wait_synced(30), "watch of rayjobs never synced"
-        try:
+        with watching(sc.jobs):
             yield sc
-        finally:
-            sc.jobs.stop()
         inv.raise_if_broken()
 
 
