@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, controller_ref, display_name, is_dns1123_subdomain, labels, ref_group
 from raykueue.core.rayobjects import as_dict, get, templates
+from raykueue.core.refusal import Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +62,6 @@ class Priority:
     name: str
     source: str
     warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    message: str
 
 
 def is_real_head(pod: Obj, role: str) -> bool:

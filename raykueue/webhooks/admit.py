@@ -14,12 +14,13 @@ from raykueue.core.objects import display_name
 from raykueue.core.podrole import role_of
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import RAY_OBJECT_KINDS, is_opted_in
-from raykueue.webhooks.classify import Deny, Manage, PodContext, Skip, classify
+from raykueue.core.refusal import Refusal
+from raykueue.webhooks.classify import Manage, PodContext, Skip, classify
 from raykueue.webhooks.mutate import gate_patch
 from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage, first, last
-from raykueue.webhooks.rayrules import NamespaceFacts, Refused
+from raykueue.webhooks.rayrules import NamespaceFacts
 from raykueue.webhooks.review import Review, ReviewResponse
-from raykueue.webhooks.validate import Denied, judge_update
+from raykueue.webhooks.validate import judge_update
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,12 @@ class Outcome:
     reason: str = ""
 
 
+def refused(refusal: Refusal, role: str = "") -> Outcome:
+    """Every refusal, answered one way: the message to the user and to the log."""
+    return Outcome(ReviewResponse(False, message=refusal.message), "denied", role=role,
+                   reason=refusal.message)
+
+
 def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Outcome:
     if review.operation != "CREATE":
         return Outcome(ReviewResponse(True), "skipped", reason=f"{review.operation} is not handled")
@@ -44,8 +51,8 @@ def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Out
         case Skip(reason=reason, warning=warning):
             warnings = (warning,) if warning else ()
             return Outcome(ReviewResponse(True, warnings=warnings), "skipped", role=role, reason=reason)
-        case Deny(message=message):
-            return Outcome(ReviewResponse(False, message=message), "denied", role=role, reason=message)
+        case Refusal():
+            return refused(decision, role)
         case Manage():
             patch = gate_patch(pod, decision)
             return Outcome(
@@ -64,9 +71,8 @@ def admit_update(review: Review, controllers: Collection[str]) -> Outcome:
     if review.operation != "UPDATE" or review.old_object is None:
         return Outcome(ReviewResponse(True), "allowed", role=role, reason=f"{review.operation} not judged")
     judgement = judge_update(review.old_object, review.object, review.username, controllers)
-    if isinstance(judgement, Denied):
-        return Outcome(ReviewResponse(False, message=judgement.message), "denied", role=role,
-                       reason=judgement.message)
+    if isinstance(judgement, Refusal):
+        return refused(judgement, role)
     return Outcome(ReviewResponse(True), "allowed", role=role, reason=judgement.reason)
 
 
@@ -80,8 +86,8 @@ def admit_ray_object(review: Review, stage: Stage, facts: NamespaceFacts, policy
         answer = first(obj, review.old_object, review.operation, facts, policy)
     else:
         answer = last(obj, review.operation, facts)
-    if isinstance(answer, Refused):
-        return Outcome(ReviewResponse(False, message=answer.message), "denied", reason=answer.message)
+    if isinstance(answer, Refusal):
+        return refused(answer)
     if not is_opted_in(obj) and not answer.patch:
         return Outcome(ReviewResponse(True), "skipped", reason="not opted in")
     decision = "hidden" if stage is Stage.FIRST else "restored"

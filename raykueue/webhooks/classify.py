@@ -2,7 +2,7 @@
 
 `classify` is a pure function of the pod, of what the caller already knows
 about the pod's owners (read from caches, never from the API on this path) and
-of the policy. It answers Skip (not ours), Deny (ours but unusable as given,
+of the policy. It answers Skip (not ours), Refusal (ours but unusable as given,
 with a message that says what to change) or Manage (gate it, with the queue
 and priority resolved and where each came from).
 """
@@ -18,6 +18,7 @@ from raykueue.core.objects import Obj, annotations, display_name, is_dns1123_sub
 from raykueue.core.podrole import has_ray_owner, kueue_claims, role_of
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import admitted_whole, group_minimums, handed_to_kueue, has_worker_groups
+from raykueue.core.refusal import Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +51,6 @@ class Skip:
 
 
 @dataclass(frozen=True, slots=True)
-class Deny:
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
 class Manage:
     role: str
     queue: str
@@ -71,7 +67,7 @@ class Manage:
     gang: Mapping[str, int] | None = None
 
 
-Decision = Skip | Deny | Manage
+Decision = Skip | Refusal | Manage
 
 
 def classify(pod: Obj, ctx: PodContext, policy: PriorityPolicy) -> Decision:
@@ -80,7 +76,7 @@ def classify(pod: Obj, ctx: PodContext, policy: PriorityPolicy) -> Decision:
         return Skip("not a Ray head or worker")
 
     opt_in = _opt_in(pod, ctx)
-    if isinstance(opt_in, Deny | Skip):
+    if isinstance(opt_in, Refusal | Skip):
         return opt_in
 
     kueue_job = _kueue_job(ctx, stamped=labels(pod).get(c.OPTED_IN_LABEL) == c.OPTED_IN_VALUE)
@@ -101,18 +97,18 @@ def classify(pod: Obj, ctx: PodContext, policy: PriorityPolicy) -> Decision:
     taken = kueue_claims(pod) is not None
 
     queue = _queue(pod, ctx, role, taken)
-    if isinstance(queue, Deny):
+    if isinstance(queue, Refusal):
         return queue
     queue_name, queue_source = queue
 
     real_head = priority.is_real_head(pod, role)
     chosen = priority.choose(priority.named(labels(pod).get(c.PRIORITY_CLASS_LABEL)), _owner_class(ctx),
                              role, real_head, policy, display_name(pod))
-    if isinstance(chosen, priority.Refusal):
-        return Deny(chosen.message)
+    if isinstance(chosen, Refusal):
+        return chosen
 
     gang = gang_minimum(ctx)
-    if isinstance(gang, Deny):
+    if isinstance(gang, Refusal):
         return gang
 
     # The scheduler's PriorityClass follows the same rule: a head's only for a real head.
@@ -170,7 +166,7 @@ def _kueue_job(ctx: PodContext, *, stamped: bool) -> str | None:
     return None
 
 
-def _opt_in(pod: Obj, ctx: PodContext) -> Deny | Skip | None:
+def _opt_in(pod: Obj, ctx: PodContext) -> Refusal | Skip | None:
     """One rule, per cluster: the stamp decides a pod of a Ray cluster; a bare pod decides itself.
 
     The first stage stamps every pod template of an opted-in RayCluster, so a
@@ -185,7 +181,7 @@ def _opt_in(pod: Obj, ctx: PodContext) -> Deny | Skip | None:
         if ctx.unresolved_owner:
             # Opted in: its queue or gang may live on the owner, which the
             # cache does not hold yet; KubeRay retries the creation.
-            return Deny(
+            return Refusal(
                 f"{ctx.unresolved_owner} is not yet in raykueue's cache, so this opted-in pod's "
                 "queue cannot be read; the creation is retried by KubeRay. If this persists, "
                 "check that raykueue can watch RayClusters")
@@ -199,13 +195,13 @@ def _opt_in(pod: Obj, ctx: PodContext) -> Deny | Skip | None:
         return Skip("not opted in")
     if value == "false":
         return Skip("opted out on the pod")
-    return Deny(
+    return Refusal(
         f'annotation {c.STANDALONE_ANNOTATION}="{value}" on the pod is not valid: set it to '
         f'"true" to queue this pod in Kueue through raykueue, or "false" to opt out'
     )
 
 
-def gang_minimum(ctx: PodContext) -> dict[str, int] | Deny | None:
+def gang_minimum(ctx: PodContext) -> dict[str, int] | Refusal | None:
     """Each worker group's base count when the nearest owner opts in to gang start.
 
     The counts come from the RayCluster's spec (minReplicas times numOfHosts,
@@ -218,20 +214,20 @@ def gang_minimum(ctx: PodContext) -> dict[str, int] | Deny | None:
         if value == "false":
             return None
         if value not in c.GANG_VALUES:
-            return Deny(
+            return Refusal(
                 f'annotation {c.GANG_ANNOTATION}="{value}" on {_describe(owner)} is not valid: '
                 'set it to "true" to admit the head and minReplicas workers together, or '
                 '"false" to admit pod by pod')
         cluster = next((o for o in ctx.owners if o.get("kind") == c.RAYCLUSTER_KIND), None)
         if not has_worker_groups(cluster):
-            return Deny(
+            return Refusal(
                 f"{_describe(owner)} asks for gang start ({c.GANG_ANNOTATION}) but raykueue does "
                 "not know its RayCluster's worker groups yet; the creation is retried by KubeRay")
         return group_minimums(cluster)
     return None
 
 
-def _queue(pod: Obj, ctx: PodContext, role: str, taken: bool) -> tuple[str, str] | Deny:
+def _queue(pod: Obj, ctx: PodContext, role: str, taken: bool) -> tuple[str, str] | Refusal:
     """The nearest named queue: the pod, then its owners; our annotation before the label.
 
     On a pod Kueue took, a queue label "default" is Kueue's defaulting, not the
@@ -250,7 +246,7 @@ def _queue(pod: Obj, ctx: PodContext, role: str, taken: bool) -> tuple[str, str]
     if found is None:
         cluster = labels(pod).get(c.CLUSTER_LABEL, "")
         target = f"RayCluster {cluster}" if cluster else "the RayCluster"
-        return Deny(
+        return Refusal(
             # The annotation, as the README and examples say: Kueue's label on a Ray object
             # is moved to it by raykueue, which a GitOps tool then sees as drift.
             f"no Kueue queue for Ray {role} pod {display_name(pod)}: set annotation "
@@ -260,7 +256,7 @@ def _queue(pod: Obj, ctx: PodContext, role: str, taken: bool) -> tuple[str, str]
     name, source = found
     if not is_dns1123_subdomain(name):
         key = c.QUEUE_ANNOTATION if source.endswith("annotation") else c.QUEUE_LABEL
-        return Deny(
+        return Refusal(
             f"{key}={name!r} (from {source}) is not a valid LocalQueue name: use a "
             "DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending "
             "with a letter or digit)"

@@ -56,7 +56,7 @@ from raykueue.webhooks.mutate import Patch, drop_entries
 from raykueue.webhooks.raypatches import first_patch, handover_patch, move_queue, unstamp
 from raykueue.webhooks.rayrules import (
     NamespaceFacts,
-    Refused,
+    Refusal,
     cannot_opt_in,
     introduced_template_opt_in,
     kueue_takes,
@@ -88,7 +88,7 @@ class Changed:
     what: str = ""
 
 
-Answer = Changed | Refused
+Answer = Changed | Refusal
 
 
 def first(obj: Obj, old: Obj | None, operation: str, facts: NamespaceFacts,
@@ -98,7 +98,7 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: NamespaceFacts,
     what = f"{kind} {display_name(obj)}"
     value = opt_in_value(obj)
     if value is not None and value not in c.STANDALONE_VALUES:
-        return Refused(f'annotation {c.STANDALONE_ANNOTATION}="{value}" on {what} is not valid: set it '
+        return Refusal(f'annotation {c.STANDALONE_ANNOTATION}="{value}" on {what} is not valid: set it '
                        'to "true" to queue this Ray cluster in Kueue pod by pod, or "false" (or '
                        "nothing) to leave it to Kueue")
     updating = operation == "UPDATE" and old is not None
@@ -115,7 +115,7 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: NamespaceFacts,
             return refusal
     introduced = introduced_template_opt_in(obj, old if updating else None)
     if introduced is not None:
-        return Refused(
+        return Refusal(
             f"annotation {c.STANDALONE_ANNOTATION} on {introduced} of {what}: the opt-in is per "
             f"cluster and is read only from the {kind}'s own metadata.annotations. Remove it "
             f"from the pod template and set {c.STANDALONE_ANNOTATION}: \"true\" on the {kind} "
@@ -127,7 +127,7 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: NamespaceFacts,
     newly = not updating or was != value
     if not newly:
         taken = kueue_takes(obj, old or {}, facts)
-        if isinstance(taken, Refused):
+        if isinstance(taken, Refusal):
             return taken
         if taken is not None:
             return Changed(handover_patch(obj, facts, taken), f"handed to Kueue: {taken}")
@@ -140,7 +140,7 @@ def first(obj: Obj, old: Obj | None, operation: str, facts: NamespaceFacts,
     head_class = priority.head_class_on_a_worker(obj, old if updating else None, policy.priority)
     refusal = ((cannot_opt_in(obj, facts) if newly else None)
                or submitter_rule(obj, old if updating else None)
-               or (Refused(head_class) if head_class else None))
+               or (Refusal(head_class) if head_class else None))
     if refusal is not None:
         return refusal
     return Changed(first_patch(obj, operation, policy.allocate_timeout), "opted in")
@@ -168,7 +168,7 @@ def last(obj: Obj, operation: str, facts: NamespaceFacts) -> Answer:
             # after it, by another webhook (a policy engine's mandated queue).
             ours = annotations(obj).get(c.QUEUE_ANNOTATION)
             if ours and ours != queue:
-                return Refused(
+                return Refusal(
                     f"{kind} {display_name(obj)} carries label {c.QUEUE_LABEL}={queue}, added by an "
                     f"admission webhook after raykueue's first one, and annotation "
                     f"{c.QUEUE_ANNOTATION}={ours}: an opted-in cluster has one queue. Make them agree "

@@ -14,6 +14,7 @@ from raykueue.core import contract as c
 from raykueue.core import submitter
 from raykueue.core.objects import Obj, annotations, display_name
 from raykueue.core.rayobjects import MANAGED_BY, admitted_whole, get, is_suspended, template_opt_in, templates
+from raykueue.core.refusal import Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +29,7 @@ class NamespaceFacts:
     namespace: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
-    message: str
-
-
-def kueue_takes(obj: Obj, old: Obj, facts: NamespaceFacts) -> str | Refused | None:
+def kueue_takes(obj: Obj, old: Obj, facts: NamespaceFacts) -> str | Refusal | None:
     """Why Kueue is taking this running opted-in object in this UPDATE, if it is.
 
     Kueue's job reconciler acts on an object without a queue label only where it
@@ -55,7 +51,7 @@ def kueue_takes(obj: Obj, old: Obj, facts: NamespaceFacts) -> str | Refused | No
     if not suspending or admitted_whole(obj):
         return None
     if facts.kueue_manages_unqueued is None:
-        return Refused(f"{kind} {display_name(obj)} is being suspended, and raykueue does not know the "
+        return Refusal(f"{kind} {display_name(obj)} is being suspended, and raykueue does not know the "
                        f"labels of namespace {facts.namespace} yet: Kueue may be taking it (its "
                        "managedJobsNamespaceSelector selects namespaces by their labels); retry in a "
                        "moment")
@@ -66,32 +62,32 @@ def kueue_takes(obj: Obj, old: Obj, facts: NamespaceFacts) -> str | Refused | No
 
 
 
-def opt_in_change(obj: Obj, old: Obj, was: str | None, now: str | None) -> Refused | None:
+def opt_in_change(obj: Obj, old: Obj, was: str | None, now: str | None) -> Refusal | None:
     """The opt-in of a live cluster does not change: one cluster, one admission regime."""
     kind = str(obj.get("kind"))
     change = (f"{c.STANDALONE_ANNOTATION} may not change from {_shown(was)} to {_shown(now)} on "
               f"{kind} {display_name(obj)} while it runs: its pods would be under two admission "
               "regimes (raykueue's per-pod Workloads and Kueue's)")
     if kind == c.RAYSERVICE_KIND:
-        return Refused(f"{change}. Create a new RayService with the opt-in you want and delete "
+        return Refusal(f"{change}. Create a new RayService with the opt-in you want and delete "
                        "this one")
     if is_suspended(old, kind) and is_suspended(obj, kind):
         return None
     suspend = _RAYJOB_SUSPEND if kind == c.RAYJOB_KIND else "spec.suspend: true; its pods are deleted"
-    return Refused(f"{change}. Suspend it first ({suspend}), change "
+    return Refusal(f"{change}. Suspend it first ({suspend}), change "
                    "the annotation in another update, then resume it")
 
 
-def cannot_opt_in(obj: Obj, facts: NamespaceFacts) -> Refused | None:
+def cannot_opt_in(obj: Obj, facts: NamespaceFacts) -> Refusal | None:
     """Why this object cannot be raykueue's, checked when it opts in."""
     kind = str(obj.get("kind"))
     what = f"{kind} {display_name(obj)}"
     if facts.kueue_manages_unqueued is None:
-        return Refused(f"raykueue does not know the labels of namespace {facts.namespace} yet, and "
+        return Refusal(f"raykueue does not know the labels of namespace {facts.namespace} yet, and "
                        "Kueue manages jobs without a queue name in the namespaces its "
                        "managedJobsNamespaceSelector selects; retry in a moment")
     if facts.kueue_manages_unqueued:
-        return Refused(
+        return Refusal(
             f"{what} opts in to raykueue in namespace {facts.namespace}, where Kueue admits every "
             f"{kind} whole (manageJobsWithoutQueueName, and its managedJobsNamespaceSelector "
             "selects this namespace): Kueue would suspend it and admit it as one Workload while "
@@ -99,7 +95,7 @@ def cannot_opt_in(obj: Obj, facts: NamespaceFacts) -> Refused | None:
             f"that selector leaves out, or remove {c.STANDALONE_ANNOTATION} to leave it to Kueue")
     managed_by = get(obj, MANAGED_BY)
     if managed_by == c.MULTIKUEUE_MANAGED_BY:
-        return Refused(f"{what} sets spec.managedBy: {managed_by}: MultiKueue would run it in "
+        return Refusal(f"{what} sets spec.managedBy: {managed_by}: MultiKueue would run it in "
                        "another cluster as one Workload, not pod by pod here. Remove spec.managedBy, "
                        f"or remove {c.STANDALONE_ANNOTATION} to leave it to Kueue")
     return None
@@ -118,7 +114,7 @@ _SIDECAR = ("SidecarMode (the submitter runs in the head pod and is counted with
             "spec.clusterSelector, and needs the head template's restartPolicy Never or unset)")
 
 
-def submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
+def submitter_rule(obj: Obj, old: Obj | None) -> Refusal | None:
     """A RayJob's submitter pod runs only on quota its head's Workload reserved (core/submitter.py).
 
     K8sJobMode is accounted: the head reserves the submitter's podSet. What cannot
@@ -131,7 +127,7 @@ def submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
     what = f"RayJob {display_name(obj)}"
     now = submitter.pod_spec(obj)
     if now is not None and submitter.uses_cluster_selector(obj):
-        return Refused(
+        return Refusal(
             f"{what} submits its job in K8sJobMode (KubeRay's default when spec.submissionMode is "
             "unset) to an existing cluster (spec.clusterSelector): that cluster's head reserved no "
             "quota for a submitter pod, which would run outside Kueue's quota. Set "
@@ -141,7 +137,7 @@ def submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
     if now is not None and annotations(obj).get(c.GANG_ANNOTATION) == "true":
         # A gang's base Workload is built per worker group (controller/gang/base.py) and has no
         # submitter podSet yet: the submitter would run on quota nobody holds.
-        return Refused(
+        return Refusal(
             f"{what} asks for gang start ({c.GANG_ANNOTATION}: \"true\") and submits its job in "
             "K8sJobMode (KubeRay's default when spec.submissionMode is unset), whose submitter pod "
             f"a gang's Workload does not reserve. Set spec.submissionMode: HTTPMode (no pod), or "
@@ -152,7 +148,7 @@ def submitter_rule(obj: Obj, old: Obj | None) -> Refused | None:
     if is_suspended(old, c.RAYJOB_KIND) and is_suspended(obj, c.RAYJOB_KIND):
         return None  # no cluster: the next one is made from the new spec
     needs = f" (for {_SIDECAR})" if submitter.mode(obj) == c.SIDECAR_MODE else ""
-    return Refused(
+    return Refusal(
         f"what the submitter of {what} costs may not change while it runs (spec.submissionMode "
         f"{submitter.mode(old)} -> {submitter.mode(obj)}, or spec.submitterPodTemplate): its head's "
         "Workload reserved the submitter's quota when it was admitted (K8sJobMode: the submitter "

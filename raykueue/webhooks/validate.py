@@ -13,6 +13,7 @@ from typing import Final
 
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, display_name, gate_names, labels, metadata
+from raykueue.core.refusal import Refusal
 
 # Labels that decide whether and how a gated pod is admitted. The Workload was
 # built from them, and the validating webhook's objectSelector (ray.io/node-type
@@ -36,12 +37,7 @@ class Allowed:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Denied:
-    message: str
-
-
-Judgement = Allowed | Denied
+Judgement = Allowed | Refusal
 
 
 def judge_update(old: Obj, new: Obj, username: str, controllers: Collection[str]) -> Judgement:
@@ -49,7 +45,7 @@ def judge_update(old: Obj, new: Obj, username: str, controllers: Collection[str]
         return Allowed("not gated by raykueue")
 
     if c.GATE not in gate_names(new) and username not in controllers:
-        return Denied(
+        return Refusal(
             f"the scheduling gate {c.GATE} on pod {display_name(old)} is lifted by raykueue "
             "when Kueue admits the pod's Workload; it may not be removed by "
             f"{username or 'an anonymous user'}. Run `raykueue explain {_explain_args(old)}` "
@@ -58,7 +54,7 @@ def judge_update(old: Obj, new: Obj, username: str, controllers: Collection[str]
 
     moved = _frozen_label_change(old, new)
     if moved is not None:
-        return Denied(moved)
+        return Refusal(moved)
     if c.GATE not in gate_names(new):
         return Allowed("gate lifted by the controller")
     return Allowed("gated pod update")

@@ -10,7 +10,8 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import templates
-from raykueue.webhooks.classify import Deny, Manage, PodContext
+from raykueue.core.refusal import Refusal
+from raykueue.webhooks.classify import Manage, PodContext
 
 UID = "uid-rc"
 
@@ -107,7 +108,7 @@ def test_the_pod_is_decided_as_the_webhook_would_have_had_it_been_stamped() -> N
     del nameless["metadata"]["annotations"][c.QUEUE_ANNOTATION]
     assert isinstance(adopt.decide_pod(running("w1", c.ROLE_WORKER),
                                        PodContext(owners=(nameless,)),
-                                       PriorityPolicy()), Deny)
+                                       PriorityPolicy()), Refusal)
 
 
 def test_the_patch_adds_our_label_and_annotations_only_to_this_pod() -> None:

@@ -19,7 +19,8 @@ import orjson
 import pytest
 
 from raykueue.core import contract as c
-from raykueue.core.priority import PodPriority, Priority, PriorityPolicy, Refusal, choose
+from raykueue.core.priority import PodPriority, Priority, PriorityPolicy, choose
+from raykueue.core.refusal import Refusal
 from raykueue.webhooks.admit import admit_create
 from raykueue.webhooks.classify import PodContext
 from raykueue.webhooks.review import parse
