@@ -69,14 +69,14 @@ def items(listing: Any) -> list[Obj]:
 
 
 def must_get(rest: Rest, path: str, what: str, query: Mapping[str, str] | None = None) -> Any:
-    """A GET that answers None for 404; any other failure retries the pass (a removal
-    is never made on a read that did not answer)."""
+    """A live GET in a pass: None for 404; any other failure retries the pass (nothing,
+    a removal least of all, is decided on a read that did not answer)."""
     try:
         return rest.get(path, query) if query else rest.get(path)
     except ApiError as exc:
         if exc.is_not_found:
             return None
-        raise Retry(f"reading {what} live before a removal: {exc}") from exc
+        raise Retry(f"reading {what} live: {exc}") from exc
 
 
 def cluster_peers(rest: Rest, version: str, ns: str, cluster: str) -> list[tuple[Obj, Obj | None]]:

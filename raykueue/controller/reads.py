@@ -32,6 +32,7 @@ from raykueue.controller.facts import Facts, gather
 from raykueue.controller.gang import base as gb
 from raykueue.controller.gang.decide import GangContext
 from raykueue.controller.keys import GangKey, OrphansKey, PodKey, Ref
+from raykueue.controller.live import must_get
 from raykueue.controller.retry import Retry
 from raykueue.controller.state import State
 from raykueue.core import contract as c
@@ -219,31 +220,19 @@ class Reader:
 
     def _cluster_gone(self, ns: str, ref: Obj) -> bool:
         """Whether the gang's RayCluster is deleted or being deleted (a live GET, head gone only)."""
-        try:
-            found = self.rest.get(RAYCLUSTERS.path(ns, str(ref.get("name"))))
-        except ApiError as exc:
-            if exc.is_not_found:
-                return True
-            raise Retry(f"reading RayCluster {ns}/{ref.get('name')}: {exc}") from exc
+        found = must_get(self.rest, RAYCLUSTERS.path(ns, str(ref.get("name"))),
+                         f"RayCluster {ns}/{ref.get('name')}")
+        if not isinstance(found, dict):
+            return True
         meta = found.get("metadata") or {}
         return meta.get("uid") != ref.get("uid") or bool(meta.get("deletionTimestamp"))
 
     def _live_workload(self, ns: str, name: str) -> Obj | None:
-        try:
-            found = self.rest.get(workload_resource(self.version).path(ns, name))
-        except ApiError as exc:
-            if exc.is_not_found:
-                return None
-            raise Retry(f"reading Workload {ns}/{name}: {exc}") from exc
+        found = must_get(self.rest, workload_resource(self.version).path(ns, name), f"Workload {ns}/{name}")
         return slim_workload(found) if isinstance(found, dict) else None
 
     def _live_pod_uid(self, key: Ref) -> str | None:
-        try:
-            live = self.rest.get(r.PODS.path(key[0], key[1]))
-        except ApiError as exc:
-            if exc.is_not_found:
-                return None
-            raise Retry(f"checking whether the pod still exists: {exc}") from exc
+        live = must_get(self.rest, r.PODS.path(key[0], key[1]), f"pod {key[0]}/{key[1]}")
         return p.uid(live) if isinstance(live, dict) else None
 
     def _flavors(self) -> dict[str, Obj]:
