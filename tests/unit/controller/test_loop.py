@@ -99,6 +99,7 @@ def test_head_first_lifecycle_and_three_writes_for_a_pod_that_is_deleted_and_gon
     world.deliver()
     drain(ctl, world)
     assert world.of("workloads") == [world.get_obj("workloads", NS, wl_name(head))]
+    assert ctl.state.departed((NS, "rc-worker-a")) is None  # its last state kept no longer
 
     worker_writes = [call for call in world.writes()]
     assert worker_writes.count(("create", "workloads")) == 2
