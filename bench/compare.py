@@ -22,11 +22,14 @@ and raykueue's controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head 
 3. API writes per pod lifecycle (create, admit, run on a kwok node, delete, until
    the Workload is gone), from apiserver_request_total by verb and resource. The
    counters are cluster-wide, so systems take turns, never overlap, rotate order.
+   With --lifecycle-variant RAYKUEUE_X=V raykueue takes a second turn per round,
+   restarted with that setting, and both are set beside Kueue's in the same run.
 
     python bench/compare.py [--creates 40] [--rounds 5] [--keep-alive-rounds 4]
                             [--keep-alive-calls 25] [--pause 7] [--lifecycle-pods 50]
                             [--lifecycle-rounds 3] [--no-pods-ready]
                             [--raykueue-env RAYKUEUE_X=V] [--variant RAYKUEUE_X=V]
+                            [--lifecycle-variant RAYKUEUE_X=V]
 """
 
 from __future__ import annotations
@@ -267,7 +270,7 @@ def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer,
              message=lambda: f"{n} {system} pods Running in {ns}")
     to_running = time.monotonic() - t0
     # Running already implies admitted; PodsReady is the integration's last write.
-    if system == "kueue" or (system == "raykueue" and pods_ready):
+    if system == "kueue" or (system in RAYKUEUE_TURNS and pods_ready):
         wait_for(lambda: sum(1 for wl in workloads_in(rest, ns) if any(
             cd["type"] == "PodsReady" and cd["status"] == "True"
             for cd in (wl.get("status") or {}).get("conditions", []))) == n,
@@ -294,48 +297,64 @@ def lifecycle(rest: Rest, ns: str, system: str, n: int, server: RaykueueServer,
     return Phase(+writes, to_running, +events, +own)
 
 
-def writes_table(rest: Rest, ns: dict[str, str], n: int, rounds: int, server: RaykueueServer,
-                 pods_ready: bool = True) -> None:
+def writes_table(stack: devstack.Stack, rest: Rest, ns: dict[str, str], n: int, rounds: int,
+                 server: RaykueueServer, pods_ready: bool = True,
+                 variant: dict[str, str] | None = None) -> None:
+    """With `variant`, raykueue takes a second turn per round restarted with those settings
+    (and the first one restarted without them), in the same namespace."""
+    systems = WRITE_SYSTEMS + ((VARIANT,) if variant else ())
+    ours = [s for s in systems if s in RAYKUEUE_TURNS]
+    namespace = {**ns, VARIANT: ns["raykueue"]}
+    envs = {"raykueue": dict(server.extra_env), VARIANT: {**server.extra_env, **(variant or {})}}
     print(f"\n## 3. API writes per pod lifecycle: {n} pods per system per round, {rounds} rounds, "
           f"systems one after another (order rotates)")
-    per_round: dict[str, list[Counter[Key]]] = {s: [] for s in WRITE_SYSTEMS}
-    phases: dict[str, list[Phase]] = {s: [] for s in WRITE_SYSTEMS}
+    if variant:
+        print(f"{VARIANT}: raykueue's server restarted with {variant} for its turn")
+    per_round: dict[str, list[Counter[Key]]] = {s: [] for s in systems}
+    phases: dict[str, list[Phase]] = {s: [] for s in systems}
     for r in range(rounds):
-        order = WRITE_SYSTEMS[r % 3:] + WRITE_SYSTEMS[:r % 3]
+        order = systems[r % len(systems):] + systems[:r % len(systems)]
         for system in order:
-            phase = lifecycle(rest, ns[system], system, n, server, pods_ready)
+            if system in RAYKUEUE_TURNS:
+                switch_to(stack, server, envs[system], ns["raykueue"])
+            phase = lifecycle(rest, namespace[system], system, n, server, pods_ready)
             per_round[system].append(phase.writes)
             phases[system].append(phase)
             print(f"  round {r + 1} {system:8s}: {sum(phase.writes.values()) / n:5.2f} writes/pod, "
                   f"{n} pods Running {phase.to_running:.1f}s after the first create")
+    if variant:
+        switch_to(stack, server, envs["raykueue"], ns["raykueue"])
     keys = sorted({k for rounds_ in per_round.values() for w in rounds_ for k in w})
-    print("| verb resource | " + " | ".join(WRITE_SYSTEMS) + " |")
-    print("|---|" + "---|" * len(WRITE_SYSTEMS))
+    print("| verb resource | " + " | ".join(systems) + " |")
+    print("|---|" + "---|" * len(systems))
     for key in keys:
-        cells = [statistics.median(w.get(key, 0) for w in per_round[s]) / n for s in WRITE_SYSTEMS]
+        cells = [statistics.median(w.get(key, 0) for w in per_round[s]) / n for s in systems]
         print(f"| {label(key)} | " + " | ".join(f"{x:.2f}" for x in cells) + " |")
-    totals = {s: [sum(w.values()) / n for w in per_round[s]] for s in WRITE_SYSTEMS}
+    totals = {s: [sum(w.values()) / n for w in per_round[s]] for s in systems}
     print("| **total per pod** | " + " | ".join(
-        f"**{statistics.median(totals[s]):.2f}**" for s in WRITE_SYSTEMS) + " |")
+        f"**{statistics.median(totals[s]):.2f}**" for s in systems) + " |")
     print("(the bench's own create and delete are left out; writes every system shares, such as "
           "the scheduler's binding and kwok's status, are in)")
     print("Events per pod by reporting component and reason (median over rounds):")
-    for system in WRITE_SYSTEMS:
+    for system in systems:
         keys_ = sorted({k for p in phases[system] for k in p.events})
         medians = {k: statistics.median(p.events.get(k, 0) for p in phases[system]) / n for k in keys_}
         print(f"  {system}: " + ", ".join(f"{src} {reason} {x:.2f}" for (src, reason), x in medians.items()))
-    own = sorted({k for p in phases["raykueue"] for k in p.own})
-    print("raykueue's own writes per pod (its raykueue_api_writes_total): " + ", ".join(
-        f"{k} {statistics.median(p.own.get(k, 0) for p in phases['raykueue']) / n:.2f}" for k in own))
+    for system in ours:
+        own = sorted({k for p in phases[system] for k in p.own})
+        print(f"{system}'s own writes per pod (its raykueue_api_writes_total): " + ", ".join(
+            f"{k} {statistics.median(p.own.get(k, 0) for p in phases[system]) / n:.2f}"
+            for k in own))
     added = {s: [t - b for t, b in zip(totals[s], totals["none"], strict=True)]
-             for s in ("raykueue", "kueue")}
-    ratios = [rk / kq for rk, kq in zip(added["raykueue"], added["kueue"], strict=True) if kq > 0]
-    for system in WRITE_SYSTEMS:
+             for s in (*ours, "kueue")}
+    for system in systems:
         print(f"{system} total per round: {', '.join(f'{x:.2f}' for x in totals[system])}")
-    print(f"writes added over no webhook: raykueue {statistics.median(added['raykueue']):.2f}, "
-          f"kueue {statistics.median(added['kueue']):.2f} per pod; raykueue / kueue per round "
-          f"{', '.join(f'{x:.2f}' for x in ratios)}, median "
-          f"{statistics.median(ratios) if ratios else float('nan'):.2f} (goal: at most 0.50)")
+    for system in ours:
+        ratios = [rk / kq for rk, kq in zip(added[system], added["kueue"], strict=True) if kq > 0]
+        print(f"writes added over no webhook: {system} {statistics.median(added[system]):.2f}, "
+              f"kueue {statistics.median(added['kueue']):.2f} per pod; {system} / kueue per round "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}, median "
+              f"{statistics.median(ratios) if ratios else float('nan'):.2f} (goal: at most 0.50)")
 
 
 def same_decision(stack: devstack.Stack, ns: dict[str, str]) -> None:
@@ -370,6 +389,10 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="RAYKUEUE_X=V",
                         help="latency only: raykueue also takes a turn per round restarted with "
                              "this setting (repeatable), measured beside the one without")
+    parser.add_argument("--lifecycle-variant", action="append", default=[], metavar="RAYKUEUE_X=V",
+                        help="writes only: raykueue also takes a lifecycle turn per round "
+                             "restarted with this setting (repeatable), measured beside the "
+                             "one without, e.g. RAYKUEUE_COLLECTOR_GRACE_SECONDS=0")
     parser.add_argument("--lifecycle-pods", type=int, default=50)
     parser.add_argument("--lifecycle-rounds", type=int, default=3,
                         help="0 leaves the writes section out")
@@ -410,6 +433,7 @@ def main() -> int:
 
     env.update(settings(args.raykueue_env))
     variant = settings(args.variant)
+    lifecycle_variant = settings(args.lifecycle_variant)
     workdir = Path(tempfile.mkdtemp(prefix="raykueue-bench-"))
     server = start_raykueue(stack, workdir, ns["raykueue"], env=env)
     ceiling = apiview.Ceiling(stack, workdir, CEILING_NAMESPACES)
@@ -435,8 +459,8 @@ def main() -> int:
             keep_alive(stack, rest, ns, server, ceiling, args.keep_alive_rounds,
                        args.keep_alive_calls, args.pause)
         if args.lifecycle_rounds:
-            writes_table(rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server,
-                         pods_ready=not args.no_pods_ready)
+            writes_table(stack, rest, ns, args.lifecycle_pods, args.lifecycle_rounds, server,
+                         pods_ready=not args.no_pods_ready, variant=lifecycle_variant)
     finally:
         ceiling.close()
         server.close()

@@ -54,6 +54,7 @@ def controller_config(settings: Settings, pods_ready: bool) -> ControllerConfig:
         stuck_interval_seconds=settings.stuck_interval_seconds,
         stuck_grace_seconds=settings.stuck_grace_seconds,
         outside_quota_grace_seconds=settings.outside_quota_grace_seconds,
+        collector_grace_seconds=settings.collector_grace_seconds,
         enforcement=settings.enforcement,
     )
 

@@ -155,6 +155,11 @@ class Settings(BaseSettings):
     # the Workload's creation or its last admission change) runs outside Kueue's
     # quota and is removed, workers before heads (controller/removal.py).
     outside_quota_grace_seconds: float = Field(default=120.0, ge=0)
+    # A pod gone from the API server is its Workload's only owner, so the garbage
+    # collector deletes the Workload; raykueue deletes it only if it is still
+    # there this long after the pod went (both deleting is a DELETE more per pod).
+    # 0: raykueue deletes at once, racing the collector.
+    collector_grace_seconds: float = Field(default=5.0, ge=0)
     # "enforce": pods are removed when the live reads prove one of the two causes
     # (Kueue evicted their Workload, or outside quota past the grace). "report":
     # no pod is ever deleted; each removal becomes an Event and a metric only.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raykueue.controller.release import COLLECTOR_GRACE_SECONDS
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
@@ -38,6 +40,10 @@ class ControllerConfig:
     # How long a pod past the gate may run while its own Workload is not admitted
     # before it is removed as outside quota (controller/removal.py).
     outside_quota_grace_seconds: float = 120.0
+    # How long the garbage collector gets to delete the Workload of a pod that is
+    # gone (it is the Workload's only owner) before the controller deletes it:
+    # both deleting is one write more per pod, the second answered 404.
+    collector_grace_seconds: float = COLLECTOR_GRACE_SECONDS
     # "enforce" removes what the live reads prove; "report" removes nothing and
     # says, in Events and a metric, what it would have removed.
     enforcement: str = "enforce"

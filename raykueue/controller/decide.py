@@ -42,7 +42,7 @@ from raykueue.controller.actions import (
 )
 from raykueue.controller.current import claims
 from raykueue.controller.gang.member import cluster_decides
-from raykueue.controller.release import finish, release
+from raykueue.controller.release import COLLECTOR_GRACE_SECONDS, finish, release, release_gone
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, gate_names, labels
 from raykueue.core.podrole import kueue_claims, role_of
@@ -68,6 +68,10 @@ class Context:
     # ... and, when that does not explain it (`needs_live_pod`), the uid of
     # the pod of that name the API server still has (None: none).
     live_pod_uid: str | None = None
+    # When the watch said the pod went (the clock of `now`; None: unknown), and how
+    # long its Workload is left to the garbage collector from then (release_gone).
+    departed_at: float | None = field(default=None, compare=False)
+    collector_grace: float = COLLECTOR_GRACE_SECONDS
     # The time of the pass (None: unknown, as for `explain`, and then no pod is
     # ever proposed for removal as outside quota), the grace before a pod past the
     # gate whose Workload is not admitted counts as outside quota, and, for such a
@@ -149,7 +153,9 @@ def _vanished(wl: Obj, ctx: Context) -> list[Action]:
     if not finish:
         return []
     if ctx.departed is not None and departure_explains(ctx.departed, wl):
-        return release(ctx.departed, wl, gone=True)
+        waited = (None if ctx.now is None or ctx.departed_at is None
+                  else ctx.now - ctx.departed_at)
+        return release_gone(ctx.departed, wl, waited, ctx.collector_grace)
     uid = w.pod_uid_of(wl)
     if uid and ctx.live_pod_uid == uid:
         return [Warn(WARN_LABEL_REMOVED,

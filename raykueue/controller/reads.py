@@ -64,7 +64,8 @@ class Reader:
         self.version = version
         self._settings = d.Context(version=version, head_first=config.head_first,
                                    pods_ready=config.pods_ready,
-                                   outside_quota_grace=config.outside_quota_grace_seconds)
+                                   outside_quota_grace=config.outside_quota_grace_seconds,
+                                   collector_grace=config.collector_grace_seconds)
 
     def read(self, key: PodKey | OrphansKey) -> Facts:
         if isinstance(key, OrphansKey):
@@ -78,7 +79,8 @@ class Reader:
         if d.needs_live_pod(workloads, departed):
             live_uid = self._live_pod_uid(key.ref)
         return Facts(None, workloads, replace(self._settings, departed=departed,
-                                              live_pod_uid=live_uid))
+                                              live_pod_uid=live_uid, now=self.clock(),
+                                              departed_at=self.state.departed_at(key.ref)))
 
     def facts(self, pod: Obj) -> Facts:
         """The facts about a pod in the cache, for the loop's pass.

@@ -88,6 +88,7 @@ class State:
         self._cluster_heads: dict[Ref, set[str]] = {}  # (ns, cluster) -> head pod names
         self._admitted_seen: dict[str, float] = {}  # Workload uid -> when we saw Admitted
         self._departed: dict[Ref, Obj] = {}
+        self._departed_at: dict[Ref, float] = {}  # when the watch said the pod went
         # (kind, ns, name) -> (resourceVersion our write replaced, what it returned)
         self._written: dict[tuple[Kind, str, str], tuple[str | None, Obj]] = {}
         self._reported: dict[str, set[tuple[str, str]]] = {}  # pod uid -> events sent
@@ -96,7 +97,9 @@ class State:
 
     # --- fed by the watches -------------------------------------------------------
 
-    def pod_event(self, event: str, pod: Obj) -> None:
+    def pod_event(self, event: str, pod: Obj, now: float | None = None) -> None:
+        """`now`: when the event arrived; a departed pod's Workload is left to the
+        garbage collector for a grace counted from it (`release.collected`)."""
         key = p.key(pod)
         cluster = p.cluster(pod)
         present = event != DELETED
@@ -115,8 +118,13 @@ class State:
                        present and role_of(pod) == c.ROLE_HEAD)
             if present:
                 self._departed.pop(key, None)
+                self._departed_at.pop(key, None)
             else:
                 self._departed[key] = pod
+                if now is None:
+                    self._departed_at.pop(key, None)
+                else:
+                    self._departed_at[key] = now
 
     def workload_event(self, event: str, wl: Obj, key: QueueKey, now: float | None) -> None:
         """`now` is None for the initial list: for Workloads admitted before we
@@ -189,10 +197,15 @@ class State:
         with self._lock:
             return self._departed.get(key)
 
+    def departed_at(self, key: Ref) -> float | None:
+        with self._lock:
+            return self._departed_at.get(key)
+
     def forget_pod(self, key: Ref, departed: Obj | None) -> None:
         """After a pass over a pod that is gone: nothing of it is needed any more."""
         with self._lock:
             self._departed.pop(key, None)
+            self._departed_at.pop(key, None)
             if departed is not None:
                 self._reported.pop(p.uid(departed), None)
             self._conflicts.pop(f"{key[0]}/{key[1]}", None)

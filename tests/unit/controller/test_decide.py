@@ -370,6 +370,36 @@ def test_vanished_pod_whose_last_state_was_deleting_takes_its_workload_along():
     assert not d.needs_live_pod([wl], pod)
 
 
+def test_a_deleted_pods_workload_is_left_to_the_collector_for_its_grace():
+    """The pod is gone and is the Workload's only owner: the garbage collector deletes
+    the Workload, and ours beside it would be a second DELETE (one answered 404)."""
+    pod = o.pod(gated=False, phase="Running", ready=True, deleting=True)
+    wl = o.workload(pod, "admitted")
+    del wl["metadata"]["finalizers"]  # raykueue's Workloads carry none
+    (wait,) = d.decide(None, [wl], ctx(departed=pod, now=101.0, departed_at=100.0))
+    assert isinstance(wait, a.Wait) and wait.after == pytest.approx(4.0)
+    assert wl["metadata"]["name"] in wait.reason and "garbage collector" in wait.reason
+    # Once the grace has run out it is ours; with no time to count from, at once.
+    for late in (ctx(departed=pod, now=105.0, departed_at=100.0),
+                 ctx(departed=pod, now=101.0, departed_at=100.0, collector_grace=0.5),
+                 ctx(departed=pod, departed_at=100.0), ctx(departed=pod, now=101.0)):
+        (action,) = d.decide(None, [wl], late)
+        assert isinstance(action, a.DeleteWorkload) and action.reason == a.FINISHED_POD_DELETED
+
+
+def test_a_workload_the_collector_would_not_take_is_deleted_at_once():
+    pod = o.pod(gated=False, phase="Running", ready=True, deleting=True)
+    other_owner = o.workload(pod, "admitted")
+    del other_owner["metadata"]["finalizers"]
+    other_owner["metadata"]["ownerReferences"].append(
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "u-keep"})
+    held = o.workload(pod, "admitted")
+    held["metadata"]["finalizers"] = ["example.com/hold"]  # the collector's delete only marks it
+    for wl in (other_owner, held):
+        (action,) = d.decide(None, [wl], ctx(departed=pod, now=101.0, departed_at=100.0))
+        assert isinstance(action, a.DeleteWorkload), wl["metadata"]
+
+
 def test_vanished_pod_whose_last_state_was_succeeded_finishes_with_that_reason():
     pod = o.pod(gated=False, phase="Succeeded")
     wl = o.workload(pod, "admitted")

@@ -52,7 +52,7 @@ def wl_name(pod: dict) -> str:
 # --- the whole lifecycle ------------------------------------------------------------
 
 
-def test_head_first_lifecycle_and_four_writes_per_pod():
+def test_head_first_lifecycle_and_three_writes_for_a_pod_that_is_deleted_and_gone():
     world = World()
     seed(world)
     head = world.put("pods", o.pod(c.ROLE_HEAD, name="rc-head"))
@@ -89,35 +89,40 @@ def test_head_first_lifecycle_and_four_writes_per_pod():
         world.delete(f"/api/v1/namespaces/{NS}/pods/rc-worker-a")
     world.deliver()
     drain(ctl, world)
-    # Its Workload goes with it (quota free at once), the head's stays.
-    assert world.get_obj("workloads", NS, wl_name(worker)) is None
-    assert world.get_obj("workloads", NS, wl_name(head)) is not None
-    assert counter("raykueue_workloads_deleted_total", reason=a.FINISHED_POD_DELETED) >= 1
+    # The pod is gone: its Workload is the garbage collector's to delete (its only
+    # owner went), and ours beside it would be one DELETE more.
+    assert world.get_obj("workloads", NS, wl_name(worker)) is not None
+    with world.unrecorded():  # the collector's delete (its collect_garbage would take
+        # the head too: the fake holds no RayCluster for its owner reference)
+        world.delete(f"/apis/kueue.x-k8s.io/{world.version}/namespaces/{NS}/workloads/"
+                     f"{wl_name(worker)}")
+    world.deliver()
+    drain(ctl, world)
+    assert world.of("workloads") == [world.get_obj("workloads", NS, wl_name(head))]
+    assert ctl.state.departed((NS, "rc-worker-a")) is None  # its last state kept no longer
 
     worker_writes = [call for call in world.writes()]
     assert worker_writes.count(("create", "workloads")) == 2
     assert worker_writes.count(("patch", "pods")) == 2
     assert worker_writes.count(("apply", "workloads/status")) == 2  # PodsReady, each pod
-    assert worker_writes.count(("delete", "workloads")) == 1
-    assert len(worker_writes) == 7  # 4 for the worker's whole life, 3 so far for the head
-    world.collect_garbage()
-    assert world.of("workloads") == [world.get_obj("workloads", NS, wl_name(head))]
+    assert worker_writes.count(("delete", "workloads")) == 0
+    assert len(worker_writes) == 6  # 3 for the worker's whole life, 3 so far for the head
     assert recorder.events == []  # nothing needed a human
 
 
-def head_with_workload() -> tuple[World, Controller, dict]:
+def head_with_workload(**config) -> tuple[World, Controller, dict]:
     """A gated head pod whose Workload the controller has created (not admitted)."""
     world = World()
     seed(world)
     head = world.put("pods", o.pod(c.ROLE_HEAD))
-    ctl, _ = controller(world)
+    ctl, _ = controller(world, **config)
     drain(ctl, world)
     return world, ctl, head
 
 
-def running_head() -> tuple[World, Controller, dict]:
+def running_head(**config) -> tuple[World, Controller, dict]:
     """A head pod admitted, past its gate and Running, the controller caught up."""
-    world, ctl, head = head_with_workload()
+    world, ctl, head = head_with_workload(**config)
     admit(world, wl_name(head))
     world.deliver()
     drain(ctl, world)
@@ -332,13 +337,48 @@ def test_pod_that_only_lost_our_label_keeps_its_workload():
 
 
 def test_workload_already_collected_is_fine():
-    world, ctl, head = head_with_workload()
+    # No grace for the collector: our delete races it, and the collector wins.
+    world, ctl, head = head_with_workload(collector_grace_seconds=0.0)
     world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
     world.deliver()
-    world.collect_garbage()  # the collector wins the race
+    world.collect_garbage()
     drain(ctl, world)
     assert world.writes()[-1] == ("delete", "workloads")  # answered 404: nothing to retry
     assert world.of("workloads") == []
+
+
+def test_a_gone_pods_workload_is_ours_to_delete_once_the_collector_grace_ran_out():
+    """The collector did not come (it lags, or is not running): the pass the grace's
+    timer brings deletes the Workload, reading why the pod went from its kept last state."""
+    now = [1000.0]
+    world = World()
+    seed(world)
+    head = world.put("pods", o.pod(c.ROLE_HEAD))
+    ctl = Controller(world, ControllerConfig(retry_base_seconds=0.0), None,  # type: ignore[arg-type]
+                     cache_factory=world.cache_factory, clock=lambda: now[0])
+    assert ctl.start(world.version, threading.Event())
+    drain(ctl, world)
+    admit(world, wl_name(head))
+    world.deliver()
+    drain(ctl, world)
+    writes = len(world.writes())
+    with world.unrecorded():
+        world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
+    world.deliver()
+    drain(ctl, world)
+    key = PodKey(NS, head["metadata"]["name"])
+    (wait,) = ctl.reconcile(key)  # the pass before the grace ran out
+    assert isinstance(wait, a.Wait) and wait.after == pytest.approx(5.0)
+    assert len(world.writes()) == writes and world.get_obj("workloads", NS, wl_name(head))
+    now[0] += 5.0
+    (delete,) = ctl.reconcile(key)
+    assert isinstance(delete, a.DeleteWorkload) and delete.reason == a.FINISHED_POD_DELETED
+    assert world.writes()[writes:] == [("delete", "workloads")]
+    assert world.get_obj("workloads", NS, wl_name(head)) is None
+    assert ("get", "pods") not in world.calls  # the kept last state said it was deleted
+    world.deliver()
+    assert ctl.reconcile(key) == []
+    assert ctl.state.departed((NS, head["metadata"]["name"])) is None  # forgotten once done
 
 
 # --- gate lifting -----------------------------------------------------------------------
@@ -600,7 +640,7 @@ def test_pod_losing_our_label_while_watched_keeps_its_workload():
 
 
 def test_pod_deleted_while_watched_needs_no_live_check():
-    world, ctl, head = running_head()
+    world, ctl, head = running_head(collector_grace_seconds=0.0)
     with world.unrecorded():
         world.delete(f"/api/v1/namespaces/{NS}/pods/{head['metadata']['name']}")
     world.deliver()

@@ -86,6 +86,21 @@ def test_departed_pod_is_kept_until_its_pass_forgets_it():
     assert state.first_report(pod["metadata"]["uid"], ("podX", "m"))
 
 
+def test_when_a_pod_departed_is_kept_with_it():
+    state = State()
+    pod = o.pod()
+    key = key_of(pod)
+    state.pod_event(DELETED, pod, now=42.0)
+    assert state.departed_at(key) == 42.0
+    state.pod_event("ADDED", pod, now=43.0)  # it came back: nothing departed
+    assert state.departed_at(key) is None
+    state.pod_event(DELETED, pod)  # no clock given: unknown, never a stale time
+    assert state.departed(key) == pod and state.departed_at(key) is None
+    state.pod_event(DELETED, pod, now=44.0)
+    state.forget_pod(key, pod)
+    assert state.departed_at(key) is None
+
+
 def test_a_pod_that_comes_back_is_no_longer_departed():
     state = State()
     pod = o.pod()
