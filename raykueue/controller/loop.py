@@ -69,7 +69,7 @@ from raykueue.controller.workqueue import WorkQueue
 from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.podrole import role_of
-from raykueue.kube.cache import WatchCache
+from raykueue.kube.cache import DELETED, WatchCache
 from raykueue.kube.informers import Informers
 from raykueue.kube.rest import ApiError, Rest
 
@@ -205,6 +205,8 @@ class Controller:
             return
         # Only admissions seen live are timed by us (see `State.workload_event`).
         self.state.workload_event(event, wl, key, self._clock() if self.synced else None)
+        if event == DELETED:
+            m.WORKLOADS_GONE.labels(role=labels(wl).get(c.NODE_TYPE_LABEL) or "unknown").inc()
         self.queue.add(key)
         cluster = labels(wl).get(c.CLUSTER_LABEL)
         owner = (self.caches.pods.get(*key.ref)

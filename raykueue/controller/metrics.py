@@ -40,8 +40,16 @@ WORKLOADS_CREATED = Counter(
 )
 WORKLOADS_DELETED = Counter(
     "raykueue_workloads_deleted",
-    "Workloads deleted by raykueue because their pod was being deleted, by reason.",
+    "Workloads deleted by raykueue because their pod was being deleted, by reason. The "
+    "Workload of a pod that is already gone is left to the garbage collector "
+    "(RAYKUEUE_COLLECTOR_GRACE_SECONDS) and not counted here: see raykueue_workloads_gone.",
     ["reason"],
+)
+WORKLOADS_GONE = Counter(
+    "raykueue_workloads_gone",
+    "raykueue's Workloads seen deleted, whoever deleted them (raykueue, the garbage "
+    "collector, a user), by Ray role: beside raykueue_workloads_created, the churn.",
+    ["role"],
 )
 WORKLOADS_FINISHED = Counter(
     "raykueue_workloads_finished",

@@ -7,6 +7,7 @@ import logging
 import threading
 
 import pytest
+from prometheus_client import REGISTRY
 
 from raykueue.controller import actions as a
 from raykueue.controller import workload as w
@@ -92,6 +93,8 @@ def test_head_first_lifecycle_and_three_writes_for_a_pod_that_is_deleted_and_gon
     # The pod is gone: its Workload is the garbage collector's to delete (its only
     # owner went), and ours beside it would be one DELETE more.
     assert world.get_obj("workloads", NS, wl_name(worker)) is not None
+    gone_before = REGISTRY.get_sample_value("raykueue_workloads_gone_total",
+                                            {"role": c.ROLE_WORKER}) or 0.0
     with world.unrecorded():  # the collector's delete (its collect_garbage would take
         # the head too: the fake holds no RayCluster for its owner reference)
         world.delete(f"/apis/kueue.x-k8s.io/{world.version}/namespaces/{NS}/workloads/"
@@ -100,6 +103,9 @@ def test_head_first_lifecycle_and_three_writes_for_a_pod_that_is_deleted_and_gon
     drain(ctl, world)
     assert world.of("workloads") == [world.get_obj("workloads", NS, wl_name(head))]
     assert ctl.state.departed((NS, "rc-worker-a")) is None  # its last state kept no longer
+    # The collector's delete is not ours, yet the churn metric sees the Workload go.
+    assert REGISTRY.get_sample_value("raykueue_workloads_gone_total",
+                                     {"role": c.ROLE_WORKER}) == gone_before + 1
 
     worker_writes = [call for call in world.writes()]
     assert worker_writes.count(("create", "workloads")) == 2
