@@ -32,6 +32,7 @@ and raykueue's controller runs with RAYKUEUE_HEAD_FIRST=false (there is no head 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -379,7 +380,9 @@ def main() -> int:
     args = parser.parse_args()
 
     config = bench_config()
-    stack, started = devstack.up("e2e", config)
+    # As a user of the stack (our pid), never as its owner: without a pid, up() marks a
+    # stack it reuses "manual", and it would then outlive every session that used it.
+    stack, started = devstack.up("e2e", config, user_pid=os.getpid())
     api = load_api_client(str(stack.kubeconfig))
     assert api is not None
     rest = Rest(api)
@@ -441,8 +444,8 @@ def main() -> int:
             unregister_kueue_pod_webhooks(stack)
         for name in ns.values():
             rest.delete(f"/api/v1/namespaces/{name}")
-        if started and not args.keep_stack:
-            devstack.down(config)
+        if not args.keep_stack:
+            devstack.release(config, os.getpid())  # stops only a stack no one else uses
     return 0
 
 
