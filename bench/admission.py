@@ -6,7 +6,11 @@ over TLS keep-alive connections with KubeRay head and worker creations, and
 prints reviews/s, p50 and p99 for both, alternating rounds so that the noise
 of a shared machine falls on both alike. Needs `wrk` (apt-get install wrk).
 
-    python bench/admission.py [--connections 32] [--seconds 10] [--rounds 3]
+With --before DIR (a checkout of another commit, e.g. `git worktree add DIR
+COMMIT`), that tree's `raykueue serve` takes a turn in each round too, so a
+change is measured beside its base and the ceiling in one run.
+
+    python bench/admission.py [--connections 32] [--seconds 10] [--rounds 3] [--before DIR]
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", type=Path, metavar="DIR",
+                        help="a source tree of another commit whose server also takes a turn")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("bench needs wrk: apt-get install wrk", file=sys.stderr)
@@ -130,51 +136,55 @@ def main() -> int:
     script.write_text(LUA)
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    real_port, ceiling_port = free_port(), free_port()
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the servers
-    servers = [
-        subprocess.Popen([*pin, sys.executable, "-m", "raykueue.app.cli", "serve", "--no-cluster",
-                          "--host", "127.0.0.1", "--port", str(real_port),
-                          "--cert-dir", str(certs)], env=env, stderr=log, cwd=ROOT),
-    ]
+    trees = {"raykueue": ROOT, **({"before": args.before.resolve()} if args.before else {})}
+    ports = {name: free_port() for name in ("ceiling", *trees)}
+    servers: dict[str, subprocess.Popen] = {}
     try:
-        answer = wait_ready(real_port, certs / "ca.crt", paths[0].read_bytes())
-        assert answer["response"]["allowed"] and answer["response"].get("patch"), answer
-        servers.append(subprocess.Popen(
-            [*pin, sys.executable, str(ROOT / "bench" / "ceiling.py"), "--port", str(ceiling_port),
-             "--cert-dir", str(certs)], env=env, stderr=log, cwd=ROOT))
-        wait_ready(ceiling_port, certs / "ca.crt", paths[0].read_bytes())
+        for name, tree in trees.items():
+            servers[name] = subprocess.Popen(
+                [*pin, sys.executable, "-m", "raykueue.app.cli", "serve", "--no-cluster",
+                 "--host", "127.0.0.1", "--port", str(ports[name]), "--cert-dir", str(certs)],
+                env={**env, "PYTHONPATH": str(tree)}, stderr=log, cwd=tree)
+            answer = wait_ready(ports[name], certs / "ca.crt", paths[0].read_bytes())
+            assert answer["response"]["allowed"] and answer["response"].get("patch"), answer
+        servers["ceiling"] = subprocess.Popen(
+            [*pin, sys.executable, str(ROOT / "bench" / "ceiling.py"), "--port", str(ports["ceiling"]),
+             "--cert-dir", str(certs)], env=env, stderr=log, cwd=ROOT)
+        wait_ready(ports["ceiling"], certs / "ca.crt", paths[0].read_bytes())
 
         sizes = ", ".join(f"{p.stem} {p.stat().st_size} B" for p in paths)
         print(f"bodies: {sizes}; {args.connections} connections, {args.seconds}s x "
               f"{args.rounds} rounds each, servers on core 0, wrk on core 1")
-        results: dict[str, list[dict]] = {"raykueue": [], "ceiling": []}
+        results: dict[str, list[dict]] = {name: [] for name in servers}
         for round_no in range(args.rounds):
-            for name, server, port in (("ceiling", servers[1], ceiling_port),
-                                       ("raykueue", servers[0], real_port)):
-                result = run_wrk(server.pid, port, script, paths, args.connections, args.seconds)
+            for name in ("ceiling", *trees):
+                result = run_wrk(servers[name].pid, ports[name], script, paths, args.connections,
+                                 args.seconds)
                 results[name].append(result)
                 print(f"  round {round_no + 1} {name:8s} {result['rps']:9.0f} reviews/s  "
                       f"p50 {result['p50']:6.2f} ms  p99 {result['p99']:6.2f} ms  "
-                      f"{result['cpu_us']:6.1f} us CPU/review")
+                      f"{result['cpu_us']:6.1f} us CPU/review", flush=True)
         keys = ("rps", "p50", "p99", "cpu_us")
         summary = {name: {k: statistics.median(r[k] for r in runs) for k in keys}
                    for name, runs in results.items()}
         for name, s in summary.items():
             print(f"median {name:8s} {s['rps']:9.0f} reviews/s  p50 {s['p50']:6.2f} ms  "
                   f"p99 {s['p99']:6.2f} ms  {s['cpu_us']:6.1f} us CPU/review")
-        pairs = list(zip(results["raykueue"], results["ceiling"], strict=True))
-        ratios = [r["rps"] / cl["rps"] for r, cl in pairs]
-        cpu_ratios = [cl["cpu_us"] / r["cpu_us"] for r, cl in pairs]
-        print(f"raykueue / ceiling throughput: {statistics.median(ratios):.1%} "
-              f"(per round: {', '.join(f'{x:.1%}' for x in ratios)})")
-        print(f"raykueue / ceiling by CPU per review (noise-resistant): "
-              f"{statistics.median(cpu_ratios):.1%} "
-              f"(per round: {', '.join(f'{x:.1%}' for x in cpu_ratios)})")
+        for name in trees:
+            label = "raykueue" if name == "raykueue" else f"before ({args.before})"
+            pairs = list(zip(results[name], results["ceiling"], strict=True))
+            ratios = [r["rps"] / cl["rps"] for r, cl in pairs]
+            cpu_ratios = [cl["cpu_us"] / r["cpu_us"] for r, cl in pairs]
+            print(f"{label} / ceiling throughput: {statistics.median(ratios):.1%} "
+                  f"(per round: {', '.join(f'{x:.1%}' for x in ratios)})")
+            print(f"{label} / ceiling by CPU per review (noise-resistant): "
+                  f"{statistics.median(cpu_ratios):.1%} "
+                  f"(per round: {', '.join(f'{x:.1%}' for x in cpu_ratios)})")
     finally:
-        for server in servers:
+        for server in servers.values():
             server.terminate()
-        for server in servers:
+        for server in servers.values():
             server.wait(timeout=10)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)

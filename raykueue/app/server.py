@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from raykueue.app.logs import DecisionLog
-from raykueue.app.metrics import ADMISSION_LATENCY, ADMISSION_REQUESTS, BAD_REQUESTS
+from raykueue.app.metrics import ADMISSIONS
 from raykueue.core import contract as c
 from raykueue.core.objects import display_name
 from raykueue.webhooks.admit import Outcome
@@ -72,9 +72,10 @@ async def read_body(receive: Receive, limit: int, declared: int | None) -> bytes
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
         if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            # Mostly the whole body came in one message: nothing to join.
+            return b"".join((*chunks, chunk)) if chunks else chunk
+        chunks.append(chunk)
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -104,9 +105,6 @@ class AdmissionEndpoint:
         self.webhook = webhook
         self.decide = decide
         self.max_body_bytes = max_body_bytes
-        # Resolved once: a labels() lookup per request costs as much as a decision rule.
-        self._latency = ADMISSION_LATENCY.labels(webhook)
-        self._counters: dict[tuple[str, str], Any] = {}
         self._decisions = DecisionLog()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,7 +114,7 @@ class AdmissionEndpoint:
         try:
             body = await read_body(receive, self.max_body_bytes, _content_length(scope))
         except BodyTooLarge as exc:
-            BAD_REQUESTS.labels(self.webhook).inc()
+            ADMISSIONS.count_bad(self.webhook)
             await _respond(send, 400, encode_error(str(exc)))
             return
         except ConnectionError:
@@ -125,7 +123,7 @@ class AdmissionEndpoint:
         try:
             review = parse(body)
         except BadReview as exc:
-            BAD_REQUESTS.labels(self.webhook).inc()
+            ADMISSIONS.count_bad(self.webhook)
             log.warning("bad AdmissionReview on %s: %s", self.webhook, exc,
                         extra={"uid": request_uid(body)})
             await _respond(send, 400, encode_error(str(exc)))
@@ -141,18 +139,11 @@ class AdmissionEndpoint:
             )
         payload = encode(review.uid, outcome.verdict)
         elapsed = time.perf_counter() - start
-        await _respond(send, 200, payload)
-        self._count(outcome.decision, outcome.role or "none")
-        self._latency.observe(elapsed)
+        await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEADERS})
+        await send({"type": "http.response.body", "body": payload})
+        ADMISSIONS.count(self.webhook, outcome.decision, outcome.role or "none")
+        ADMISSIONS.observe(self.webhook, elapsed)
         self._log(review, outcome, elapsed)
-
-    def _count(self, decision: str, role: str) -> None:
-        counter = self._counters.get((decision, role))
-        if counter is None:
-            counter = self._counters[decision, role] = ADMISSION_REQUESTS.labels(
-                self.webhook, decision, role
-            )
-        counter.inc()
 
     def _log(self, review: Review, outcome: Outcome, elapsed: float) -> None:
         # Names and decisions only: pod specs carry env vars and may hold secrets.
@@ -171,7 +162,8 @@ class AdmissionEndpoint:
                 "priority": outcome.priority,
                 "reason": outcome.reason,
                 "dry_run": review.dry_run,
-                "latency_ms": round(elapsed * 1000, 3),
+                # To the microsecond, half up: a third of the cost of round(ms, 3).
+                "latency_ms": int(elapsed * 1_000_000 + 0.5) / 1000,
             },
         )
 

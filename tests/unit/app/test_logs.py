@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import logging
 import os
 import threading
+import time
 
 import orjson
 import pytest
@@ -99,6 +101,60 @@ def test_the_setting_picks_the_formatter_and_the_decision_line_follows(
         root.handlers[:], level = saved
         root.setLevel(level)
         configure_format_reset()
+
+
+def test_in_an_event_loop_a_pass_s_lines_go_out_together_whole_and_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One write per loop pass, not per line, each write whole lines of at most PIPE_BUF
+    bytes (a longer line alone), so no line is split by another thread's write."""
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def spy(fd: int, data: bytes) -> int:
+        writes.append(bytes(data))
+        return real_write(fd, data)
+
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    name = "raykueue.test-batch"
+    logging.getLogger(name).setLevel(logging.INFO)
+    decisions = DecisionLog(name, fd=write)
+    monkeypatch.setattr(os, "write", spy)
+
+    async def one_pass() -> list[bytes]:
+        for i in range(30):
+            decisions.emit("gated", {"i": i, "pad": "x" * 200})
+        decisions.emit("gated", {"i": 30, "pad": "y" * 5000})
+        written_during_the_pass = list(writes)
+        await asyncio.sleep(0)  # the loop runs the flush it was handed
+        return written_during_the_pass
+
+    try:
+        assert asyncio.run(one_pass()) == []
+        assert 1 < len(writes) < 10
+        assert all(len(w) <= 4096 or w.count(b"\n") == 1 for w in writes)
+        assert all(w.endswith(b"\n") for w in writes)
+        lines = os.read(read, 1 << 20).splitlines()
+        assert [orjson.loads(line)["i"] for line in lines] == list(range(31))
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_decision_line_is_the_merged_entry_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spliced from a cached opening and the fields' own encoding, the line is byte for byte
+    what encoding one merged dict gives, also when the millisecond or the message changes."""
+    decisions = DecisionLog("raykueue.test-splice")
+    fields = {"webhook": "mutate", "pod": "team-a/w", "gated": True, "latency_ms": 0.123,
+              "queue": "", "priority": None, "note": 'say "hi"\n'}
+    for now, msg, extra in ((T + 0.25, "gated", fields), (T + 0.2504, "gated", fields),
+                            (T + 0.2514, "gated", fields), (T + 0.2514, "other", fields),
+                            (T + 1.0, "gated", {})):
+        monkeypatch.setattr(time, "time", lambda now=now: now)
+        expected = orjson.dumps({"time": _timestamp(now), "level": "info",
+                                 "logger": "raykueue.test-splice", "msg": msg, **extra},
+                                option=orjson.OPT_APPEND_NEWLINE)
+        assert decisions._json_line(msg, extra) == expected
 
 
 def configure_format_reset() -> None:
