@@ -113,6 +113,7 @@ OPERATOR_PREFIXES = ("rest_client_requests_total", "controller_runtime_reconcile
 RAYKUEUE_PREFIXES = ("raykueue_api_writes",)
 CONCURRENCY_FLAG = "--reconcile-concurrency"
 KEYS = "etcd_debugging_mvcc_keys_total"
+SIZES = "apiserver_response_sizes"  # bytes the API server returned, by verb and resource
 
 
 # ---- the objects ----------------------------------------------------------------------
@@ -296,7 +297,7 @@ class Scrapes:
         self.t = time.monotonic()
         api = rest.request("GET", "/metrics")
         self.api = scrape.parse(api, ("apiserver_request_total", "apiserver_storage_objects", WEBHOOK,
-                                      "apiserver_request_duration_seconds"))
+                                      "apiserver_request_duration_seconds", SIZES))
         etcd = scrape.fetch(f"http://127.0.0.1:{stack.ports['etcd']}/metrics")
         self.etcd = scrape.parse(etcd, ("etcd_mvcc_db_total_size", "etcd_debugging_mvcc_keys_total"))
         self.kueue = scrape.parse(scrape.fetch(*kueue), KUEUE_PREFIXES)
@@ -391,10 +392,7 @@ def kueue_metrics_on(stack: devstack.Stack) -> tuple[str, str | None]:
 def operator_with(stack: devstack.Stack, argv: list[str], concurrency: int | None) -> None:
     """Restart the KubeRay operator with `--reconcile-concurrency` (None: devstack's argv,
     which gives none, so KubeRay's default of 1)."""
-    wanted = [x for x in argv if not x.startswith(CONCURRENCY_FLAG)]
-    if concurrency is not None:
-        wanted.append(f"{CONCURRENCY_FLAG}={concurrency}")
-    restart_component(stack, "ray-operator", argv=wanted)
+    restart_component(stack, "ray-operator", argv=curve.with_concurrency(argv, CONCURRENCY_FLAG, concurrency))
     stack.wait_ready("ray-operator", lambda: COMPONENTS["ray-operator"].ready(stack))
 
 
@@ -827,6 +825,14 @@ def main() -> int:
             f"{scrape.quantile(d, WEBHOOK, 0.5, name=n) or 0:.3f} / "
             f"{scrape.mean(d, WEBHOOK, name=n) or 0:.3f}"
             for n in hooks))
+        sizes: Counter[str] = Counter()
+        for labels, v in d.get(SIZES + "_sum", {}).items():
+            x = dict(labels)
+            if x.get("verb") in ("LIST", "GET") and v > 0:
+                sizes[f"{x['verb']} {x.get('resource', '')}"] += v
+        calls = requests_by(a, b)
+        print(f"{r['way']} reads, largest by bytes returned (verb resource: requests, MiB): " + "; ".join(
+            f"{k}: {calls.get(k, 0)}, {v / 2 ** 20:.1f}" for k, v in sizes.most_common(8)))
         post = {"verb": "POST", "resource": "pods", "subresource": ""}
         print(f"{r['way']} POST pods as the API server timed them: p50 "
               f"{scrape.quantile(d, 'apiserver_request_duration_seconds', 0.5, **post) or 0:.3f} s, mean "

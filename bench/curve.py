@@ -68,3 +68,21 @@ def by_method(samples: Mapping[str, Mapping[tuple[tuple[str, str], ...], float]]
         method = dict(labels).get("method", "")
         found[method] = found.get(method, 0.0) + v
     return found
+
+
+def with_concurrency(argv: list[str], flag: str, value: int | None) -> list[str]:
+    """`argv` with `flag` set to `value` (`--flag=value`), or without the flag at all for
+    None, whichever way it was given before (`--flag=v` or `--flag v`)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == flag:
+            skip = True
+            continue
+        if arg.startswith(flag + "="):
+            continue
+        out.append(arg)
+    return out + ([f"{flag}={value}"] if value is not None else [])

@@ -83,3 +83,12 @@ def test_by_method_sums_codes_and_hosts() -> None:
     }}
     assert curve.by_method(samples) == {"GET": 4.0, "POST": 2.0}
     assert curve.by_method({}) == {}
+
+
+def test_with_concurrency_sets_replaces_or_drops_the_flag() -> None:
+    argv = ["ray-operator", "--metrics-addr=127.0.0.1:1"]
+    flag = "--reconcile-concurrency"
+    assert curve.with_concurrency(argv, flag, 8) == [*argv, f"{flag}=8"]
+    assert curve.with_concurrency([*argv, f"{flag}=8"], flag, 4) == [*argv, f"{flag}=4"]
+    assert curve.with_concurrency([*argv, flag, "8"], flag, None) == argv  # the spaced form too
+    assert curve.with_concurrency(argv, flag, None) == argv
