@@ -28,8 +28,9 @@ def table(out: str) -> dict[str, dict[str, str]]:
     """The bench's first markdown table: figure -> way -> cell."""
     lines = []
     for line in out.splitlines():
-        if line.startswith("| "):
-            lines.append(line)
+        if line.startswith("|"):
+            if line.startswith("| "):  # not the |---| rule
+                lines.append(line)
         elif lines:
             break
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
