@@ -43,9 +43,10 @@ default otherwise, as users run it.
     python bench/cohort.py [--clusters 100] [--workers 50] [--quota-fraction 0.33]
                            [--queues 4] [--storm-workers 200] [--ways kueue-elastic,raykueue]
                            [--max-wait 900] [--checkpoints 1000,5000,10000]
-                           [--kuberay-concurrency 1,8] [--node-capacity N] [--keep-stack]
+                           [--kuberay-concurrency 1,8] [--settle 60] [--node-capacity N] [--keep-stack]
 
-Prints one markdown table with both ways side by side; exits nonzero if a way failed.
+Prints a markdown table with the ways side by side, then the growth curve's table (a row
+per checkpoint and way); exits nonzero if a way failed.
 """
 
 from __future__ import annotations
