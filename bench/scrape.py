@@ -132,21 +132,23 @@ def metrics_token(rest: Rest, namespace: str = "kube-system", name: str = "bench
 class ProcUse:
     cpu_s: float  # user + system, this process and its reaped children
     hwm_mib: float  # peak RSS since the process started (VmHWM)
+    rss_mib: float = 0.0  # RSS now (VmRSS): what a checkpoint of the growth curve holds
 
 
 def proc_use(pid: int) -> ProcUse:
-    """CPU seconds and peak RSS of `pid` (zeros once it is gone)."""
+    """CPU seconds, peak and current RSS of `pid` (zeros once it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         with open(f"/proc/{pid}/status") as f:
-            hwm = next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+            kib = {line.split(":")[0]: int(line.split()[1]) for line in f
+                   if line.startswith(("VmHWM:", "VmRSS:"))}
     except OSError:
         return ProcUse(0.0, 0.0)
     tick = os.sysconf("SC_CLK_TCK")
     # Fields after the command: state is [0], utime [11], stime [12], cutime [13], cstime [14].
     cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / tick
-    return ProcUse(cpu, hwm / 1024)
+    return ProcUse(cpu, kib.get("VmHWM", 0) / 1024, kib.get("VmRSS", 0) / 1024)
 
 
 def etcd_compact(client_url: str) -> None:

@@ -189,8 +189,10 @@ def let_namespaces_finish(stack: Stack, timeout: float = 120.0) -> None:
 
 def restart_component(stack: Stack, name: str = "kube-apiserver", *,
                       grace: float = 10.0, down_for: float = 0.0,
-                      while_down: Callable[[], None] | None = None) -> float:
-    """Stop one component and start it again with the same argv and ports.
+                      while_down: Callable[[], None] | None = None,
+                      argv: list[str] | None = None) -> float:
+    """Stop one component and start it again with the same argv and ports (`argv`, when
+    given, in place of the argv it ran with: a bench that tunes one flag for its run).
 
     For the API server this keeps etcd and its data, so every object (and
     resourceVersion) survives and clients reconnect to the same URL, as after
@@ -215,7 +217,7 @@ def restart_component(stack: Stack, name: str = "kube-apiserver", *,
                 while_down()
         finally:
             # A failing test must not leave the stack without the component.
-            stack.spawn(name, list(proc.argv), dict(proc.ports), stack._env(name) if comp else None)
+            stack.spawn(name, list(argv or proc.argv), dict(proc.ports), stack._env(name) if comp else None)
     if comp is not None and comp.wait_after_restart:
         stack.wait_ready(name, lambda: comp.ready(stack))
     took = time.monotonic() - t0

@@ -115,6 +115,21 @@ def adoptable(cluster: Obj, pods: Iterable[Obj]) -> list[Obj]:
     return sorted(out, key=lambda x: (role_of(x) != c.ROLE_HEAD, p.name(x)))
 
 
+def unmanaged_selector(cluster_name: str) -> str:
+    """The label selector of a cluster's Ray pods that do not carry raykueue's label: the
+    only ones `adoptable` can return. `notin` also matches a pod without the label, so the
+    API server filters and a pass over a cluster whose pods are all raykueue's (gated ones
+    too) reads an empty list: the pass costs no more as pending pods grow."""
+    return (f"{c.CLUSTER_LABEL}={cluster_name},{c.NODE_TYPE_LABEL} in ({','.join(c.MANAGED_ROLES)}),"
+            f"{c.MANAGED_BY_LABEL} notin ({c.MANAGED_BY_VALUE})")
+
+
+def managed_heads_selector(cluster_name: str) -> str:
+    """The label selector of a cluster's heads that carry raykueue's label."""
+    return (f"{c.CLUSTER_LABEL}={cluster_name},{c.NODE_TYPE_LABEL}={c.ROLE_HEAD},"
+            f"{c.MANAGED_BY_LABEL}={c.MANAGED_BY_VALUE}")
+
+
 def as_stamped(pod: Obj) -> Obj:
     """The pod as its cluster's stamped template would have made it, for `classify`."""
     meta = dict(metadata(pod))
@@ -249,14 +264,13 @@ class Adopter:
         key = (str(metadata(cached).get("uid")), metadata(cached).get("generation"))
         if key not in self._stamped:
             self._stamp(ns, name, cached)
-        selector = f"{c.CLUSTER_LABEL}={name},{c.NODE_TYPE_LABEL} in ({','.join(c.MANAGED_ROLES)})"
-        pods = self._rest.get(r.PODS.path(ns), {"labelSelector": selector})["items"]
+        pods = self._rest.get(r.PODS.path(ns), {"labelSelector": unmanaged_selector(name)})["items"]
         found = adoptable(cached, pods)
         if not found:
             return []
         adopted = [x for x in found if role_of(x) == c.ROLE_HEAD and self._adopt(x, ns)]
         workers = [x for x in found if role_of(x) == c.ROLE_WORKER]
-        if workers and self._head_admitted(ns, cached, pods):
+        if workers and self._head_admitted(ns, cached, name):
             adopted += [x for x in workers if self._adopt(x, ns)]
         return adopted
 
@@ -298,11 +312,11 @@ class Adopter:
                   f"({c.OPTED_IN_LABEL}: \"{c.OPTED_IN_VALUE}\"): its new pods queue in Kueue "
                   "through raykueue; running pods are adopted, none is restarted")
 
-    def _head_admitted(self, ns: str, cluster: Obj, pods: list[Obj]) -> bool:
+    def _head_admitted(self, ns: str, cluster: Obj, name: str) -> bool:
+        # Read only when workers wait for adoption: the pass's own list holds no pod of ours.
         uid = metadata(cluster).get("uid")
-        heads = [x for x in pods if role_of(x) == c.ROLE_HEAD
-                 and labels(x).get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
-                 and (controller_ref(x) or {}).get("uid") == uid]
+        live = self._rest.get(r.PODS.path(ns), {"labelSelector": managed_heads_selector(name)})["items"]
+        heads = [x for x in live if (controller_ref(x) or {}).get("uid") == uid]
         if not heads:
             return False
         path = workload_resource(self._workload_version()).path

@@ -18,14 +18,21 @@ import devstack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STORM_WORKERS = 2
+CHECKPOINT = 2  # pending pods: both ways hold more once the quota is full
 ARGS = ["--clusters", "3", "--workers", "2", "--quota-fraction", "0.5", "--queues", "1",
-        "--storm-workers", str(STORM_WORKERS), "--max-wait", "300"]
+        "--storm-workers", str(STORM_WORKERS), "--max-wait", "300", "--checkpoints", str(CHECKPOINT)]
 WAYS = ("kueue-elastic", "raykueue")
 
 
 def table(out: str) -> dict[str, dict[str, str]]:
-    """The bench's markdown table: figure -> way -> cell."""
-    lines = [line for line in out.splitlines() if line.startswith("| ")]
+    """The bench's first markdown table: figure -> way -> cell."""
+    lines = []
+    for line in out.splitlines():
+        if line.startswith("|"):
+            if line.startswith("| "):  # not the |---| rule
+                lines.append(line)
+        elif lines:
+            break
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert header[0] == "figure", lines[0]
     found: dict[str, dict[str, str]] = {}
@@ -33,6 +40,20 @@ def table(out: str) -> dict[str, dict[str, str]]:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         found[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
     return found
+
+
+def growth(out: str) -> list[dict[str, str]]:
+    """The growth-curve table's rows, each column by its header."""
+    lines = [line for line in out.splitlines() if line.startswith("| checkpoint")]
+    assert len(lines) == 1, out
+    start = out.splitlines().index(lines[0])
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = []
+    for line in out.splitlines()[start + 2:]:
+        if not line.startswith("| "):
+            break
+        rows.append(dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True)))
+    return rows
 
 
 def test_cohort_bench_smoke(e2e_stack: devstack.Stack) -> None:
@@ -54,8 +75,21 @@ def test_cohort_bench_smoke(e2e_stack: devstack.Stack) -> None:
         assert figures["storm: urgent pods Running"][way] == str(STORM_WORKERS + 1), out
         assert int(figures["free: clusters deleted (pods freed)"][way].split()[0]) >= 1, out
         for name, cells in figures.items():
-            if name == "raykueue" and way == "kueue-elastic":
-                assert cells[way] == "not running", out
+            if "raykueue" in name and way == "kueue-elastic":
+                assert cells[way] == "not running", out  # raykueue's own figures, in its turn only
                 continue
             assert cells[way] not in ("", "-", "none"), f"{name} missing for {way}:\n{out}"
             assert "bound reached" not in cells[way], f"{name} for {way}:\n{out}"
+    # The growth curve: a row per way at the checkpoint, each figure there.
+    rows = growth(proc.stdout)
+    assert {r["way"] for r in rows} == set(WAYS), out
+    for r in rows:
+        assert r["checkpoint (pending pods)"] == str(CHECKPOINT), out
+        assert int(r["pending then"].replace(",", "")) >= CHECKPOINT, out
+        for column, cell in r.items():
+            if "raykueue" in column and r["way"] == "kueue-elastic":
+                assert cell == "not running", out
+            elif column.startswith("Kueue cycle"):
+                continue  # "none" is a true answer when the crossing came before Kueue's first attempt
+            else:
+                assert cell not in ("", "-", "none"), f"{column} missing for {r['way']}:\n{out}"

@@ -61,5 +61,5 @@ def test_quantile_interpolates_within_a_bucket_as_prometheus_does() -> None:
 
 def test_proc_use_of_this_process_and_of_none() -> None:
     use = scrape.proc_use(os.getpid())
-    assert use.cpu_s > 0 and use.hwm_mib > 0
+    assert use.cpu_s > 0 and use.hwm_mib >= use.rss_mib > 0
     assert scrape.proc_use(2 ** 22 + 1) == scrape.ProcUse(0.0, 0.0)  # above pid_max's default
