@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from raykueue.kube import resources as r
+from raykueue.kube.rest import Rest
 from testkit.e2e.controller import (  # noqa: F401 - fixtures
     admin,
     controller,
@@ -54,6 +55,18 @@ def rayjob(name: str, **spec: Any) -> dict[str, Any]:
     return opted_in("RayJob", name, {"entrypoint": "echo done", "submissionMode": "HTTPMode", **spec})
 
 
+def _running(inv: QuotaInvariants, api: Rest, ns: str, want: tuple[int, int]) -> tuple[str, set[str]]:
+    """The RayJob's cluster once one Workload per pod is admitted and the quota is `want`:
+    its name and its pods' uids."""
+    cluster = inv.wait(lambda: status(api, ns, "job").get("rayClusterName"), timeout=60,
+                       message=show(api, ns))
+    inv.wait(settled(api, ns, cluster, 1, 1), timeout=120, message=show(api, ns, want))
+    inv.wait(accounted(api, ns, *want), timeout=60, message=show(api, ns, want))
+    uids = {p["metadata"]["uid"] for p in ray_pods(api, ns)}
+    inv.sweep()
+    return cluster, uids
+
+
 def test_a_suspended_rayjob_frees_its_quota_and_is_admitted_pod_by_pod_on_resume(
         admin, controller, queue):  # noqa: F811
     ns = queue(cpu="2", memory="2Gi")
@@ -64,12 +77,7 @@ def test_a_suspended_rayjob_frees_its_quota_and_is_admitted_pod_by_pod_on_resume
         # Two workers, quota for one: the second waits gated, its Workload pending.
         admin.create(RAYJOBS.path(ns), rayjob("job", shutdownAfterJobFinishes=True,
                                               rayClusterSpec=raycluster("x", 2)["spec"]))
-        first = inv.wait(lambda: status(admin, ns, "job").get("rayClusterName"), timeout=60,
-                         message=show(admin, ns))
-        inv.wait(settled(admin, ns, first, 1, 1), timeout=120, message=show(admin, ns, want))
-        inv.wait(accounted(admin, ns, *want), timeout=60, message=show(admin, ns, want))
-        before = {p["metadata"]["uid"] for p in ray_pods(admin, ns)}
-        inv.sweep()
+        first, before = _running(inv, admin, ns, want)
 
         admin.merge_patch(RAYJOBS.path(ns, "job"), {"spec": {"suspend": True}})
         inv.wait(lambda: status(admin, ns, "job").get("jobDeploymentStatus") == "Suspended",
@@ -80,12 +88,7 @@ def test_a_suspended_rayjob_frees_its_quota_and_is_admitted_pod_by_pod_on_resume
         inv.wait(accounted(admin, ns, 0, 0), timeout=60, message=show(admin, ns, (0, 0)))
 
         admin.merge_patch(RAYJOBS.path(ns, "job"), {"spec": {"suspend": False}})
-        second = inv.wait(lambda: status(admin, ns, "job").get("rayClusterName"), timeout=60,
-                          message=show(admin, ns))
-        inv.wait(settled(admin, ns, second, 1, 1), timeout=120, message=show(admin, ns, want))
-        inv.wait(accounted(admin, ns, *want), timeout=60, message=show(admin, ns, want))
-        after = {p["metadata"]["uid"] for p in ray_pods(admin, ns)}
-        inv.sweep()
+        _, after = _running(inv, admin, ns, want)
 
         admin.delete(RAYJOBS.path(ns, "job"))
         inv.wait(lambda: not admin.get(RAYCLUSTERS.path(ns))["items"] and not ray_pods(admin, ns),

@@ -128,6 +128,19 @@ def _cq(api: Rest, ns: str) -> tuple[int, str]:
     return millicores(usage.get("cpu", "0")), usage.get("memory", "0")
 
 
+def _submitter_succeeded(inv: QuotaInvariants, api: Rest, sub: SubmitterWatch, ns: str, name: str,
+                         timeout: float = 120) -> None:
+    inv.wait(lambda: "submitter pod succeeded" in sub.seen, timeout=timeout,
+             message=lambda: f"the submitter pod ran and succeeded; seen {sorted(sub.seen)}; RayJob "
+                             f"status {api.get(RAYJOBS.path(ns, name)).get('status')}")
+
+
+def _delete_and_release(inv: QuotaInvariants, api: Rest, ns: str, name: str) -> None:
+    api.delete(RAYJOBS.path(ns, name))
+    inv.wait(lambda: _cq(api, ns)[0] == 0, timeout=120,
+             message=lambda: f"the quota released, ClusterQueue cpu {_cq(api, ns)[0]}m")
+
+
 def test_a_rayjob_as_rays_documentation_writes_it_runs_its_submitter_on_reserved_quota(
         admin, controller, queue):  # noqa: F811
     ns = queue(cpu=f"{CPU_M}m", memory=MEMORY)
@@ -163,8 +176,7 @@ def test_a_rayjob_as_rays_documentation_writes_it_runs_its_submitter_on_reserved
                        timeout=120, message=lambda: f"KubeRay's submitter Job; RayJob status "
                        f"{admin.get(RAYJOBS.path(ns, name)).get('status')}")
         assert job["metadata"]["name"] == name
-        inv.wait(lambda: "submitter pod succeeded" in sub.seen, timeout=60,
-                 message=lambda: f"the submitter pod ran and succeeded; seen {sorted(sub.seen)}")
+        _submitter_succeeded(inv, admin, sub, ns, name, timeout=60)
         inv.wait(lambda: any(x.get("type") == "Complete" and x.get("status") == "True" for x in
                              (admin.get(JOBS.path(ns, name)).get("status") or {}).get("conditions") or []),
                  timeout=60, message="the Job controller marks the submitter Job Complete")
@@ -226,15 +238,11 @@ def test_a_head_without_room_for_its_submitter_waits_then_starts_whole(admin, co
                 res["nominalQuota"] = f"{CPU_M}m"
         admin.merge_patch(cq_path, {"spec": {"resourceGroups": groups}})
         inv.wait(settled(admin, ns, cluster, 1, 0), timeout=120, message=describe(admin, ns, cluster))
-        inv.wait(lambda: "submitter pod succeeded" in sub.seen, timeout=120,
-                 message=lambda: f"the submitter pod ran and succeeded; seen {sorted(sub.seen)}; RayJob "
-                                 f"status {admin.get(RAYJOBS.path(ns, name)).get('status')}")
+        _submitter_succeeded(inv, admin, sub, ns, name)
         inv.wait(lambda: _cq(admin, ns) == (CPU_M, MEMORY), timeout=60,
                  message=lambda: f"ClusterQueue usage {_cq(admin, ns)}")
         inv.sweep()
-        admin.delete(RAYJOBS.path(ns, name))
-        inv.wait(lambda: _cq(admin, ns)[0] == 0, timeout=120,
-                 message=lambda: f"the quota released, ClusterQueue cpu {_cq(admin, ns)[0]}m")
+        _delete_and_release(inv, admin, ns, name)
         inv.raise_if_broken()
     sub.assert_held()
 
@@ -265,14 +273,10 @@ def test_a_suspended_http_mode_rayjob_switched_to_k8s_job_mode_is_accounted(admi
         head = next(p for p in s["pods"] if role(p) == "head")
         (head_wl,) = s["owned"][head["metadata"]["uid"]]
         assert [x["name"] for x in head_wl["spec"]["podSets"]] == [w.POD_SET, c.SUBMITTER_POD_SET]
-        inv.wait(lambda: "submitter pod succeeded" in sub.seen, timeout=120,
-                 message=lambda: f"the submitter pod ran and succeeded; seen {sorted(sub.seen)}; RayJob "
-                                 f"status {admin.get(RAYJOBS.path(ns, name)).get('status')}")
+        _submitter_succeeded(inv, admin, sub, ns, name)
         status = admin.get(RAYJOBS.path(ns, name)).get("status") or {}
         assert status.get("jobDeploymentStatus") != "ValidationFailed", status
         inv.sweep()
-        admin.delete(RAYJOBS.path(ns, name))
-        inv.wait(lambda: _cq(admin, ns)[0] == 0, timeout=120,
-                 message=lambda: f"the quota released, ClusterQueue cpu {_cq(admin, ns)[0]}m")
+        _delete_and_release(inv, admin, ns, name)
         inv.raise_if_broken()
     sub.assert_held()
