@@ -24,6 +24,7 @@ from collections import Counter
 from typing import Any
 
 from raykueue.controller import workload as w
+from raykueue.controller.removal import raycluster_ref
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
@@ -181,10 +182,16 @@ def _base_slots(base: dict[str, Any]) -> Counter[str]:
     return slots
 
 
-def uncovered(pods: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> dict[str, str]:
+def uncovered(pods: list[dict[str, Any]], workloads: list[dict[str, Any]],
+              clusters: set[str] | None = None) -> dict[str, str]:
     """Released pods of ours that no Workload holding quota covers: a pod's own, or a
     slot of its gang's base (never more pods per podSet than the base's slots).
-    Keyed by the pod, or by gang and podSet."""
+    Keyed by the pod, or by gang and podSet.
+
+    `clusters`, when given: the uids of the RayClusters alive (not being deleted). A
+    gang pod of any other cluster is not counted: the base is the cluster's, and the
+    garbage collector deletes a deleted cluster's base and pods in no set order, as it
+    does the Workload of Kueue's own RayCluster integration."""
     own = {w.pod_uid_of(x) for x in workloads if w.is_ours(x) and _holds_quota(x)
            and w.owner_pod(x) is not None}
     slots: dict[str, Counter[str]] = {}
@@ -202,6 +209,9 @@ def uncovered(pods: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> di
         name = pod["metadata"]["name"]
         if not gang:
             out[name] = f"pod {name} runs without an admitted Workload"
+            continue
+        owner = raycluster_ref(pod)
+        if clusters is not None and (owner is None or owner["uid"] not in clusters):
             continue
         group = "head" if labels.get(c.NODE_TYPE_LABEL) == c.ROLE_HEAD else labels.get(c.GROUP_LABEL, "")
         leaning.setdefault((gang, group), []).append(name)
@@ -343,11 +353,16 @@ class GangInvariants(Watching):
         # The two watches may be at different points. A Workload covers a pod from
         # before its release (admission, then gate lift) to after it goes (delete,
         # then finish): read the Workloads on both sides of a read of the pods, and
-        # count what is uncovered against both.
+        # count what is uncovered against both. The RayClusters are read last: a cluster
+        # deleted by then takes its base and its pods with it.
         before = self.admin.get(WORKLOADS.path(self.ns))["items"]
         pods = self.admin.get(r.PODS.path(self.ns))["items"]
-        after = uncovered(pods, self.admin.get(WORKLOADS.path(self.ns))["items"])
-        first = uncovered(pods, before)
+        workloads = self.admin.get(WORKLOADS.path(self.ns))["items"]
+        clusters = {x["metadata"]["uid"] for x in self.admin.get(
+            RAY[c.RAYCLUSTER_KIND].path(self.ns))["items"]
+            if not x["metadata"].get("deletionTimestamp")}
+        after = uncovered(pods, workloads, clusters)
+        first = uncovered(pods, before, clusters)
         for key, what in after.items():
             if key in first:
                 self._fail(what)

@@ -67,3 +67,14 @@ def test_a_pod_without_gang_needs_its_own_workload() -> None:
 def test_quantities() -> None:
     assert quantity("500m") == 0.5 and quantity("3") == 3 and quantity("512Mi") == 512 * 2**20
     assert quantity("1.5Gi") == 1.5 * 2**30 and quantity("2k") == 2000
+
+
+def test_a_deleted_clusters_gang_pods_lean_on_nothing() -> None:
+    """The garbage collector deletes a deleted cluster's base and pods in no set order."""
+    pods = [gang_pod(c.ROLE_HEAD)] + [gang_pod(c.ROLE_WORKER) for _ in range(2)]
+    (ref,) = pods[0]["metadata"]["ownerReferences"]
+    assert uncovered(pods, [], {ref["uid"]})
+    assert uncovered(pods, [], set()) == {}
+    assert uncovered(pods, [base(pods)], {ref["uid"]}) == {}
+    plain = o.pod(gated=False, phase="Running", ready=True)
+    assert list(uncovered([plain], [], set())) == [plain["metadata"]["name"]]
