@@ -16,6 +16,8 @@ from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from raykueue.core import contract as c
+
 # Decisions take tens of microseconds; the API server's timeout is seconds.
 ADMISSION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0)
 
@@ -79,6 +81,17 @@ class AdmissionStats:
 
 ADMISSIONS = AdmissionStats()
 REGISTRY.register(ADMISSIONS)
+# Off the common path (a cache miss, in a worker thread), so prometheus_client's own
+# Counter: its lock is what several threads need.
+OWNER_READS = Counter(
+    "raykueue_admission_owner_reads",
+    "Ray owners of an opted-in pod read from the API server during its review because "
+    "raykueue's cache lacked them, by kind and result (found, not_found, error).",
+    ["kind", "result"],
+)
+for _kind in (c.RAYCLUSTER_KIND, c.RAYJOB_KIND, c.RAYSERVICE_KIND):
+    for _result in ("found", "not_found", "error"):
+        OWNER_READS.labels(_kind, _result)  # on the page at 0 before the first read
 CERT_EXPIRY = Gauge(
     "raykueue_certificate_expiry_timestamp_seconds",
     "Unix time at which the serving certificate expires.",

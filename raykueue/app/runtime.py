@@ -22,6 +22,7 @@ from kubernetes.client import ApiClient
 from raykueue.app import certificates
 from raykueue.app.certificates import Certificates
 from raykueue.app.leadership import COMPONENT, ControllerHost
+from raykueue.app.ownerreads import OWNER_KINDS, OwnerReads, owner_transform
 from raykueue.app.server import ASGIApp, Readiness, build_app
 from raykueue.app.settings import Settings
 from raykueue.coexist.kueueconfig import KueueSetup, writes_pods_ready
@@ -31,7 +32,6 @@ from raykueue.controller.adopt import Adopter
 from raykueue.controller.handover import HandOverEvents
 from raykueue.core import contract as c
 from raykueue.core.priority import PriorityPolicy
-from raykueue.core.rayobjects import slim_raycluster
 from raykueue.kube import resources as r
 from raykueue.kube.backoff import Backoff
 from raykueue.kube.cache import Transform, WatchCache
@@ -153,13 +153,9 @@ class Cluster:
                 caches.append(made)
                 return made
 
-            # RayClusters in the shape the controller reads too, which borrows this watch.
             owners = {kind: cache(r.Resource(c.RAY_API_GROUP, ray_version or "v1", plural),
-                                  slim_raycluster if kind == c.RAYCLUSTER_KIND
-                                  else keep_metadata(kind))
-                      for kind, plural in ((c.RAYCLUSTER_KIND, "rayclusters"),
-                                           (c.RAYJOB_KIND, "rayjobs"),
-                                           (c.RAYSERVICE_KIND, "rayservices"))}
+                                  owner_transform(kind))
+                      for kind, plural in OWNER_KINDS}
             local_queues = cache(r.Resource(c.KUEUE_GROUP, kueue_version or "v1beta2",
                                             "localqueues"), keep_metadata("LocalQueue"))
             priority_classes = None
@@ -178,7 +174,9 @@ class Cluster:
             self.rayclusters = owners[c.RAYCLUSTER_KIND]
             self.ray_objects = owners
             self.view.attach(owners, local_queues, priority_classes,
-                             kueue=lambda: kueue.snapshot.setup, namespaces=namespaces)
+                             kueue=lambda: kueue.snapshot.setup, namespaces=namespaces,
+                             live=OwnerReads.connect(self.found.config, ray_version or "v1"),
+                             live_budget=s.owner_read_timeout_seconds)
         return True
 
     def stop(self) -> None:

@@ -10,6 +10,7 @@ clarity beats microseconds.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -98,7 +99,10 @@ class AdmissionEndpoint:
 
     A body that is not an AdmissionReview gets a 400 with the reason; an
     exception inside a decision is logged and answered with a denial that
-    says so, never by dropping the connection or stopping the server.
+    says so, never by dropping the connection or stopping the server. A
+    decision that comes back with a follow-up (an owner the caches lack, read
+    from the API server) has it run in a worker thread: a slow or absent API
+    server holds up that review alone, never the event loop.
     """
 
     def __init__(self, webhook: str, decide: Decide, max_body_bytes: int) -> None:
@@ -130,6 +134,8 @@ class AdmissionEndpoint:
             return
         try:
             outcome = self.decide(review)
+            if outcome.follow_up is not None:
+                outcome = await asyncio.to_thread(outcome.follow_up)
         except Exception:
             log.exception("decision failed", extra={"uid": review.uid})
             outcome = Outcome(

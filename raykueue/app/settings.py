@@ -97,6 +97,11 @@ class Settings(BaseSettings):
     connect_backoff_max_seconds: float = Field(default=15.0, gt=0)
     # How long the controller waits for its caches before it says so and waits on.
     cache_sync_timeout_seconds: float = 60.0
+    # How long a stamped pod's review may wait on the API server, in all, for the
+    # Ray owners raykueue's caches do not hold yet (a new cluster's first moments):
+    # read once per such review, off the event loop. Keep it well inside the pod
+    # webhook's timeoutSeconds (5 in the manifests and the chart).
+    owner_read_timeout_seconds: float = Field(default=2.0, gt=0)
 
     # --- admission policy ------------------------------------------------------
     # WorkloadPriorityClass given to a head pod that names none; heads should outrank workers.

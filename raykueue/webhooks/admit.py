@@ -1,21 +1,24 @@
 """From a parsed review to a verdict and the facts worth logging about it.
 
-Both entry points are pure: the caller supplies the owner context it read
+The entry points are pure: the caller supplies the owner context it read
 from caches. Dry-run requests go through the same code, which is why nothing
-here has a side effect.
+here has a side effect. A pod's decision that hinged on an owner the caches
+lack comes back with a `follow_up`: the caller runs it off the event loop (it
+reads the owners from the API server) and answers with its Outcome instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 
-from raykueue.core.objects import display_name
+from raykueue.core.objects import Obj, display_name
 from raykueue.core.podrole import role_of
 from raykueue.core.priority import PriorityPolicy
 from raykueue.core.rayobjects import RAY_OBJECT_KINDS, is_opted_in
 from raykueue.core.refusal import Refusal
-from raykueue.webhooks.classify import Manage, PodContext, Skip, classify
+from raykueue.webhooks.classify import Manage, OwnerUnread, PodContext, Skip, classify
 from raykueue.webhooks.mutate import gate_patch
 from raykueue.webhooks.rayobjects import RayObjectPolicy, Stage, first, last
 from raykueue.webhooks.rayrules import NamespaceFacts
@@ -33,12 +36,16 @@ class Outcome:
     queue: str = ""
     priority: str = ""
     reason: str = ""
+    # The decision again with the owners the caches lack read live (blocking I/O:
+    # never on the event loop); its Outcome replaces this one, which is the answer
+    # without the read.
+    follow_up: Callable[[], Outcome] | None = None
 
 
-def refused(refusal: Refusal, role: str = "") -> Outcome:
+def refused(refusal: Refusal, role: str = "", follow_up: Callable[[], Outcome] | None = None) -> Outcome:
     """Every refusal, answered one way: the message to the user and to the log."""
     return Outcome(ReviewResponse(False, message=refusal.message), "denied", role=role,
-                   reason=refusal.message)
+                   reason=refusal.message, follow_up=follow_up)
 
 
 def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Outcome:
@@ -51,6 +58,8 @@ def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Out
         case Skip(reason=reason, warning=warning):
             warnings = (warning,) if warning else ()
             return Outcome(ReviewResponse(True, warnings=warnings), "skipped", role=role, reason=reason)
+        case OwnerUnread() if ctx.live is not None:
+            return refused(decision, role, partial(_with_live_owners, review, ctx.live, policy))
         case Refusal():
             return refused(decision, role)
         case Manage():
@@ -64,6 +73,13 @@ def admit_create(review: Review, ctx: PodContext, policy: PriorityPolicy) -> Out
                 reason=f"queue from {decision.queue_source}, priority from {decision.priority_source}",
             )
     raise AssertionError(f"unhandled decision {decision!r}")  # pragma: no cover
+
+
+def _with_live_owners(review: Review, live: Callable[[Obj, str], PodContext],
+                      policy: PriorityPolicy) -> Outcome:
+    """The follow-up: decided again on the owners read live (its context has no `live`,
+    so this answer is final)."""
+    return admit_create(review, live(review.object, review.namespace), policy)
 
 
 def admit_update(review: Review, controllers: Collection[str]) -> Outcome:

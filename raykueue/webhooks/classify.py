@@ -1,15 +1,17 @@
 """What raykueue should do with a pod at creation: the defaulting decision.
 
 `classify` is a pure function of the pod, of what the caller already knows
-about the pod's owners (read from caches, never from the API on this path) and
-of the policy. It answers Skip (not ours), Refusal (ours but unusable as given,
-with a message that says what to change) or Manage (gate it, with the queue
-and priority resolved and where each came from).
+about the pod's owners and of the policy. The owners come from caches; the API
+server is never asked on the common path, only once, off the event loop, for a
+stamped pod whose Ray owner the caches lack (`OwnerUnread`: the edge reads the
+owner chain live and classifies again). It answers Skip (not ours), Refusal
+(ours but unusable as given, with a message that says what to change) or Manage
+(gate it, with the queue and priority resolved and where each came from).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raykueue.core import contract as c
@@ -29,12 +31,20 @@ class PodContext:
     `owners` is the Ray owner chain, nearest first (RayCluster, then the
     RayJob or RayService that owns it). `unresolved_owner` names an owner the
     pod points at that the caches do not hold (yet): a stamped pod's queue or
-    gang may come from it, so such a pod is sent back for a retry; any other pod
-    is left alone.
+    gang may come from it, so such a pod's decision waits on a live read of it
+    (`live`), or without one is sent back for a retry; any other pod is left alone.
     """
 
     owners: Sequence[Obj] = ()
     unresolved_owner: str | None = None
+    # Reads the pod's owner chain from the API server and answers the context
+    # again (blocking: never on the event loop); None without a live reader, and
+    # in the context it answers, so that a pod's owners are read live once.
+    live: Callable[[Obj, str], PodContext] | None = None
+    # What the live read found of `unresolved_owner`: the API server says it does
+    # not exist, or the read failed with this error.
+    owner_absent: bool = False
+    owner_read_error: str | None = None
     default_queue_exists: bool = False
     priority_values: Mapping[str, int] = field(default_factory=dict)
     # What Kueue's Configuration says (the edge reads it): the Ray kinds whose
@@ -65,6 +75,12 @@ class Manage:
     taken_from_kueue: bool = False
     # A gang cluster (docs/GANG.md): each worker group's base count, by group.
     gang: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerUnread(Refusal):
+    """A refusal only because the caches lack the pod's Ray owner (or its worker
+    groups): the edge may settle it by reading the owner chain live."""
 
 
 Decision = Skip | Refusal | Manage
@@ -179,12 +195,7 @@ def _opt_in(pod: Obj, ctx: PodContext) -> Refusal | Skip | None:
     """
     if labels(pod).get(c.OPTED_IN_LABEL) == c.OPTED_IN_VALUE:
         if ctx.unresolved_owner:
-            # Opted in: its queue or gang may live on the owner, which the
-            # cache does not hold yet; KubeRay retries the creation.
-            return Refusal(
-                f"{ctx.unresolved_owner} is not yet in raykueue's cache, so this opted-in pod's "
-                "queue cannot be read; the creation is retried by KubeRay. If this persists, "
-                "check that raykueue can watch RayClusters")
+            return _owner_missing(ctx)
         return None
     if has_ray_owner(pod):
         return Skip("not opted in")  # no stamp: its cluster did not opt in through raykueue
@@ -199,6 +210,21 @@ def _opt_in(pod: Obj, ctx: PodContext) -> Refusal | Skip | None:
         f'annotation {c.STANDALONE_ANNOTATION}="{value}" on the pod is not valid: set it to '
         f'"true" to queue this pod in Kueue through raykueue, or "false" to opt out'
     )
+
+
+def _owner_missing(ctx: PodContext) -> Refusal:
+    """An opted-in pod whose owner is not known: its queue or gang may live on it."""
+    if ctx.owner_absent:
+        return Refusal(
+            f"{ctx.unresolved_owner} does not exist (read from the API server), so this "
+            "opted-in pod's queue cannot be read: point the pod's controller ownerReference at "
+            "an existing Ray object")
+    failed = f" and reading it from the API server failed ({ctx.owner_read_error})" \
+        if ctx.owner_read_error else ""
+    return OwnerUnread(
+        f"{ctx.unresolved_owner} is not yet in raykueue's cache{failed}, so this opted-in pod's "
+        "queue cannot be read; the creation is retried by KubeRay. If this persists, "
+        "check that raykueue can watch and read RayClusters")
 
 
 def gang_minimum(ctx: PodContext) -> dict[str, int] | Refusal | None:
@@ -220,7 +246,7 @@ def gang_minimum(ctx: PodContext) -> dict[str, int] | Refusal | None:
                 '"false" to admit pod by pod')
         cluster = next((o for o in ctx.owners if o.get("kind") == c.RAYCLUSTER_KIND), None)
         if not has_worker_groups(cluster):
-            return Refusal(
+            return OwnerUnread(
                 f"{_describe(owner)} asks for gang start ({c.GANG_ANNOTATION}) but raykueue does "
                 "not know its RayCluster's worker groups yet; the creation is retried by KubeRay")
         return group_minimums(cluster)

@@ -3,19 +3,24 @@
 The counterpart of controller/reads.py: it turns the caches it is given into
 the `Context` and `Facts` the pure decisions (`classify`, `rayobjects`) take,
 so `app/` only wires. Everything is read from watch-backed caches handed in as
-arguments, so that answering a review never waits on the API server. Without
-a cluster the view is empty and the webhook decides from the pod alone.
+arguments, so that answering a review does not wait on the API server. The one
+exception is a stamped pod whose Ray owner the caches lack yet (a new cluster's
+first moments, when KubeRay's watch is ahead of ours): its owner chain is read
+live, once, by `context_live`, which the admission endpoint runs off the event
+loop (never on the common path). Without a cluster the view is empty and the
+webhook decides from the pod alone.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, Obj, labels
-from raykueue.core.rayobjects import ray_owner
+from raykueue.core.rayobjects import has_worker_groups, ray_owner
 from raykueue.core.selectors import namespace_labels
 from raykueue.webhooks.classify import PodContext
 from raykueue.webhooks.rayrules import NamespaceFacts
@@ -29,6 +34,12 @@ class Store(Protocol):
     synced: bool
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+
+
+# (kind, namespace, name, timeout in seconds) -> the object, transformed as its
+# cache transforms it, or None when the API server says it does not exist;
+# raises on any other failure. Blocking I/O: called only off the event loop.
+OwnerReader = Callable[[str, str, str, float], Obj | None]
 
 
 class KueueSetup(Protocol):
@@ -91,6 +102,11 @@ class _Stores:
     # Kueue's setup as coexist/ reads it: which Ray kinds Kueue would admit whole.
     kueue: Callable[[], KueueSetup] | None
     namespaces: Store | None
+    # Reads a Ray owner the caches lack, and the time one pod's reads may take in all.
+    live: OwnerReader | None = None
+    live_budget: float = 2.0
+    # What a context built from these stores hands on as its `live` (None without a reader).
+    reread: Callable[[Obj, str], PodContext] | None = None
 
 
 class ClusterView:
@@ -101,8 +117,10 @@ class ClusterView:
         priority_classes: Store | None = None,
         kueue: Callable[[], KueueSetup] | None = None,
         namespaces: Store | None = None,
+        live: OwnerReader | None = None,
+        live_budget: float = 2.0,
     ) -> None:
-        self.attach(owners, local_queues, priority_classes, kueue, namespaces)
+        self.attach(owners, local_queues, priority_classes, kueue, namespaces, live, live_budget)
 
     @classmethod
     def offline(cls) -> ClusterView:
@@ -117,45 +135,37 @@ class ClusterView:
 
     def attach(self, owners: Mapping[str, Store], local_queues: Store | None,
                priority_classes: Store | None = None, kueue: Callable[[], KueueSetup] | None = None,
-               namespaces: Store | None = None) -> None:
-        """The caches, once the cluster answers (one assignment: reviews in flight see
-        either set, never a mix)."""
-        self._stores = _Stores(owners, local_queues, priority_classes, kueue, namespaces)
+               namespaces: Store | None = None, live: OwnerReader | None = None,
+               live_budget: float = 2.0) -> None:
+        """The caches (and the live reader), once the cluster answers (one assignment:
+        reviews in flight see either set, never a mix)."""
+        self._stores = _Stores(owners, local_queues, priority_classes, kueue, namespaces, live,
+                               live_budget, self.context_live if live is not None else None)
 
     def context_for(self, pod: Obj, namespace: str) -> PodContext:
+        """From the caches alone: the API server is not asked here."""
         stores = self._stores
         if stores.local_queues is None:
             return _OFFLINE
-        chain: list[Obj] = []
-        unresolved: str | None = None
-        obj = pod
-        for _ in range(_MAX_OWNER_DEPTH):
-            ref = ray_owner(obj)
-            if ref is None:
-                break
-            kind, name = ref
-            store = stores.owners.get(kind)
-            if store is None:
-                break  # that kind is not served here, so nothing can be learned from it
-            found = store.get(namespace, name)
-            if found is None:
-                unresolved = f"{kind} {namespace}/{name}"
-                break
-            chain.append(found)
-            obj = found
-        default_queue = stores.local_queues.get(namespace, c.DEFAULT_LOCAL_QUEUE) is not None
-        setup = stores.kueue() if stores.kueue is not None else None
-        return PodContext(
-            owners=tuple(chain),
-            unresolved_owner=unresolved,
-            default_queue_exists=default_queue,
-            priority_values=_PriorityValues(stores.priority_classes),
-            kueue_job_kinds=setup.ray_kinds if setup is not None else frozenset(),
-            # A pod only gets a warning from this, so a namespace the cache does not
-            # hold yet is judged by the one label every namespace carries.
-            kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(
-                _namespace_labels(stores, namespace) or namespace_labels(namespace)),
-        )
+        chain, unresolved = _owner_chain(stores, pod, namespace, None)
+        return _context(stores, namespace, chain, unresolved, live=stores.reread)
+
+    def context_live(self, pod: Obj, namespace: str) -> PodContext:
+        """The context with the owners the caches lack read from the API server (blocking).
+
+        Run once for a pod whose decision hinged on the miss (`classify.OwnerUnread`),
+        off the event loop. Each owner is taken from its cache when held there, else
+        read live, within one budget for the whole chain. The context answered
+        carries no `live`: a pod's owners are read live once.
+        """
+        stores = self._stores
+        if stores.local_queues is None or stores.live is None:
+            return _OFFLINE if stores.local_queues is None else self.context_for(pod, namespace)
+        reads = _LiveReads(stores.live, stores.live_budget)
+        chain, unresolved = _owner_chain(stores, pod, namespace, reads)
+        return _context(stores, namespace, chain, unresolved,
+                        owner_absent=unresolved is not None and reads.error is None,
+                        owner_read_error=reads.error)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         """The namespace's labels from the cache; None when it does not hold the namespace."""
@@ -176,6 +186,73 @@ class ClusterView:
             kueue_manages_unqueued=manages,
             namespace=namespace,
         )
+
+
+class _LiveReads:
+    """One pod's reads of what its owner caches lack, within one budget for all of them."""
+
+    def __init__(self, reader: OwnerReader, budget: float) -> None:
+        self.reader = reader
+        self.budget = budget
+        self.deadline = time.monotonic() + budget
+        self.error: str | None = None
+
+    def __call__(self, kind: str, namespace: str, name: str, cached: Obj | None) -> Obj | None:
+        # A RayCluster cached without worker groups may be a moment old: a gang
+        # pod's base counts come from them.
+        stale = kind == c.RAYCLUSTER_KIND and cached is not None and not has_worker_groups(cached)
+        if cached is not None and not stale:
+            return cached
+        try:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the {self.budget:g}s for this pod's reads ran out")
+            return self.reader(kind, namespace, name, left)
+        except Exception as exc:  # named in the refusal; KubeRay retries the creation
+            self.error = f"{type(exc).__name__}: {exc}"
+            return cached
+
+
+def _owner_chain(stores: _Stores, pod: Obj, namespace: str,
+                 live: _LiveReads | None) -> tuple[list[Obj], str | None]:
+    """The pod's Ray owners, nearest first, and the first one not found (as "Kind ns/name")."""
+    chain: list[Obj] = []
+    obj = pod
+    for _ in range(_MAX_OWNER_DEPTH):
+        ref = ray_owner(obj)
+        if ref is None:
+            break
+        kind, name = ref
+        store = stores.owners.get(kind)
+        if store is None:
+            break  # that kind is not served here, so nothing can be learned from it
+        found = store.get(namespace, name)
+        if live is not None:
+            found = live(kind, namespace, name, found)
+        if found is None:
+            return chain, f"{kind} {namespace}/{name}"
+        chain.append(found)
+        obj = found
+    return chain, None
+
+
+def _context(stores: _Stores, namespace: str, chain: list[Obj], unresolved: str | None,
+             **read: Any) -> PodContext:
+    default_queue = stores.local_queues is not None and stores.local_queues.get(
+        namespace, c.DEFAULT_LOCAL_QUEUE) is not None
+    setup = stores.kueue() if stores.kueue is not None else None
+    return PodContext(
+        owners=tuple(chain),
+        unresolved_owner=unresolved,
+        default_queue_exists=default_queue,
+        priority_values=_PriorityValues(stores.priority_classes),
+        kueue_job_kinds=setup.ray_kinds if setup is not None else frozenset(),
+        # A pod only gets a warning from this, so a namespace the cache does not
+        # hold yet is judged by the one label every namespace carries.
+        kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(
+            _namespace_labels(stores, namespace) or namespace_labels(namespace)),
+        **read,
+    )
 
 
 def _namespace_labels(stores: _Stores, namespace: str) -> Mapping[str, str] | None:
