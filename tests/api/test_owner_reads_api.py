@@ -15,7 +15,10 @@ import copy
 import json
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from raykueue.app.ownerreads import OwnerReads
 from raykueue.app.runtime import mutate_with, policy_from
@@ -26,7 +29,9 @@ from raykueue.webhooks.admit import Outcome
 from raykueue.webhooks.reads import ClusterView
 from raykueue.webhooks.review import parse
 from testkit import reviews as rv
+from testkit.api.admission import create, ray_pod, start_server
 from testkit.api.controller import admin, as_controller, ns  # noqa: F401 - fixtures
+from testkit.servers import RaykueueServer
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 RAYCLUSTERS = f"/apis/{c.RAY_API_GROUP}/v1/namespaces/{{ns}}/rayclusters"
@@ -40,6 +45,13 @@ class Unsynced:
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         return None
+
+
+@pytest.fixture(scope="module")
+def server(api_stack, tmp_path_factory) -> Iterator[RaykueueServer]:
+    server = start_server(api_stack, tmp_path_factory)
+    yield server
+    server.close()
 
 
 def view_reading(rest: Rest) -> ClusterView:
@@ -146,3 +158,18 @@ def test_an_api_server_that_does_not_answer_is_tried_once_within_the_budget(k8s)
     message = second.verdict.message
     assert "not yet in raykueue's cache" in message and "reading it from the API server failed" in message
     assert took < 5, took
+
+
+def test_the_server_reads_an_owner_its_cache_cannot_hold(
+        server: RaykueueServer, ns: str, kubectl) -> None:  # noqa: F811
+    """Through the API server and the whole wiring: a stamped pod owned by a RayCluster that
+    was never made is refused as absent (the cache alone could only say "not yet"), and
+    the read is counted on /metrics."""
+    before = server.metric_total("raykueue_admission_owner_reads_total")
+    pod = ray_pod(ns, "worker", labels={c.OPTED_IN_LABEL: c.OPTED_IN_VALUE, c.CLUSTER_LABEL: "never-made"},
+                  owner={"apiVersion": "ray.io/v1", "kind": c.RAYCLUSTER_KIND, "name": "never-made",
+                         "uid": "00000000-0000-0000-0000-000000000000", "controller": True})
+    result = create(kubectl, pod)
+    assert result.returncode != 0, result.stdout
+    assert f"RayCluster {ns}/never-made does not exist" in result.stderr, result.stderr
+    assert server.metric_total("raykueue_admission_owner_reads_total") == before + 1
