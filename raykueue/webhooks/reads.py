@@ -164,8 +164,8 @@ class ClusterView:
         reads = _LiveReads(stores.live, stores.live_budget)
         chain, unresolved = _owner_chain(stores, pod, namespace, reads)
         return _context(stores, namespace, chain, unresolved,
-                        owner_absent=unresolved is not None and reads.error is None,
-                        owner_read_error=reads.error)
+                        owner_absent=unresolved is not None and reads.absent,
+                        owner_read_error=None if reads.absent else reads.error)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         """The namespace's labels from the cache; None when it does not hold the namespace."""
@@ -196,6 +196,7 @@ class _LiveReads:
         self.budget = budget
         self.deadline = time.monotonic() + budget
         self.error: str | None = None
+        self.absent = False  # the API server said an owner does not exist
 
     def __call__(self, kind: str, namespace: str, name: str, cached: Obj | None) -> Obj | None:
         # A RayCluster cached without worker groups may be a moment old: a gang
@@ -207,10 +208,12 @@ class _LiveReads:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"the {self.budget:g}s for this pod's reads ran out")
-            return self.reader(kind, namespace, name, left)
+            found = self.reader(kind, namespace, name, left)
         except Exception as exc:  # named in the refusal; KubeRay retries the creation
             self.error = f"{type(exc).__name__}: {exc}"
             return cached
+        self.absent = found is None
+        return found
 
 
 def _owner_chain(stores: _Stores, pod: Obj, namespace: str,

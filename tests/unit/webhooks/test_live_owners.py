@@ -181,3 +181,22 @@ def test_the_cache_miss_refusal_is_its_own_type_and_still_a_refusal() -> None:
     absent = classify(stamped_worker().object, PodContext(unresolved_owner="RayCluster a/b",
                                                           owner_absent=True), POLICY)
     assert not isinstance(absent, OwnerUnread) and "does not exist" in absent.message
+
+
+def test_an_absent_owner_further_up_is_named() -> None:
+    """The RayCluster read live, the RayJob it names not there: the RayJob is the absent one."""
+    reader = Reader(raycluster(owner=(c.RAYJOB_KIND, "train")))
+    _, second = decide(view(reader=reader), stamped_worker())
+    assert second is not None and second.decision == "denied"
+    assert f"RayJob {NS}/train does not exist" in second.verdict.message
+    assert [call[:3] for call in reader.calls] == [(c.RAYCLUSTER_KIND, NS, CLUSTER),
+                                                   (c.RAYJOB_KIND, NS, "train")]
+
+
+def test_a_gang_cluster_read_again_in_vain_keeps_the_gang_refusal() -> None:
+    stale = copy.deepcopy(raycluster(gang=True, **{c.QUEUE_ANNOTATION: "lq"}))
+    del stale["spec"]
+    reader = Reader(error=TimeoutError("read timed out"))
+    _, second = decide(view(stale, reader=reader), stamped_worker())
+    assert second is not None and second.decision == "denied"
+    assert "worker groups yet" in second.verdict.message and len(reader.calls) == 1
