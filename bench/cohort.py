@@ -91,6 +91,7 @@ from raykueue.kube.resources import PODS  # noqa: E402
 from raykueue.kube.rest import ApiError, Rest  # noqa: E402
 from testkit.interrupt import interruptible  # noqa: E402
 from testkit.raycluster import ELASTIC_ANNOTATION  # noqa: E402
+from testkit.reads import gone  # noqa: E402
 from testkit.servers import RaykueueServer, metrics_page  # noqa: E402
 from testkit.standins import WPCS  # noqa: E402
 from testkit.waiting import WaitTimeout, wait_for  # noqa: E402
@@ -188,7 +189,7 @@ def delete_queues(rest: Rest, namespaces: list[str], timeout: float) -> None:
         with suppress(ApiError):
             rest.delete(f"/api/v1/namespaces/{ns}")
     try:
-        wait_for(lambda: all(not ok_get(rest, f"/api/v1/namespaces/{ns}") for ns in namespaces),
+        wait_for(lambda: all(gone(rest, f"/api/v1/namespaces/{ns}") for ns in namespaces),
                  timeout=timeout, interval=2, message="the bench namespaces to be gone")
     except WaitTimeout as e:
         print(f"  cleanup: {e}", flush=True)
@@ -201,16 +202,6 @@ def count(rest: Rest, path: str) -> int:
     """Objects at `path`, from one item and the server's remainingItemCount (no full LIST)."""
     page = rest.get(path, {"limit": 1})
     return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
-
-
-def ok_get(rest: Rest, path: str) -> bool:
-    try:
-        rest.get(path)
-        return True
-    except ApiError as e:
-        if e.status == 404:
-            return False
-        raise
 
 
 # ---- what the pod watch saw ------------------------------------------------------------

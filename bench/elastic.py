@@ -91,6 +91,7 @@ from testkit.raycluster import (  # noqa: E402
     reserved_cpu,
     workload_is_of,
 )
+from testkit.reads import get_or_none  # noqa: E402
 from testkit.servers import RaykueueServer  # noqa: E402
 from testkit.standins import WPCS  # noqa: E402
 from testkit.waiting import wait_for  # noqa: E402
@@ -172,7 +173,7 @@ class Context:
                                  "metadata": {"name": cq}, "spec": spec})
         rest.create(LQS.path(ns), {"apiVersion": LQS.api_version, "kind": "LocalQueue",
                                    "metadata": {"name": LOCAL_QUEUE}, "spec": {"clusterQueue": cq}})
-        wait_for(lambda: ok(lambda: rest.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default")),
+        wait_for(lambda: get_or_none(rest, f"/api/v1/namespaces/{ns}/serviceaccounts/default"),
                  timeout=60, message=f"ServiceAccount {ns}/default")
         wait_for(lambda: condition(rest.get(CQS.path(None, cq)), "Active") == "True", timeout=60,
                  message=f"ClusterQueue {cq} Active")
@@ -213,14 +214,6 @@ class Context:
         cluster = RayCluster(runner.namespace, runner.cluster, runner, driver)
         cluster.ask({"op": "nodes"})  # connected
         return cluster
-
-
-def ok(call: Callable[[], Any]) -> bool:
-    try:
-        call()
-        return True
-    except ApiError:
-        return False
 
 
 def condition(obj: dict[str, Any], kind: str) -> str | None:
