@@ -65,14 +65,12 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _repo  # noqa: F401 - the checkout on sys.path
+import yaml
 
-import yaml  # noqa: E402
-
-import devstack  # noqa: E402
-from bench import curve, scrape  # noqa: E402
-from bench.common import (  # noqa: E402
+import devstack
+from bench import curve, scrape
+from bench.common import (
     ADMIN,
     CQS,
     FLAVORS,
@@ -82,19 +80,19 @@ from bench.common import (  # noqa: E402
     events_by_source,
     percentile,
 )
-from devstack.components import COMPONENTS, kueue_dir  # noqa: E402
-from devstack.stack import restart_component  # noqa: E402
-from raykueue.core import contract as c  # noqa: E402
-from raykueue.kube.cache import WatchCache  # noqa: E402
-from raykueue.kube.client import load_api_client  # noqa: E402
-from raykueue.kube.resources import PODS  # noqa: E402
-from raykueue.kube.rest import ApiError, Rest  # noqa: E402
-from testkit.interrupt import interruptible  # noqa: E402
-from testkit.raycluster import ELASTIC_ANNOTATION  # noqa: E402
-from testkit.reads import gone  # noqa: E402
-from testkit.servers import RaykueueServer, metrics_page  # noqa: E402
-from testkit.standins import WPCS  # noqa: E402
-from testkit.waiting import WaitTimeout, wait_for  # noqa: E402
+from devstack.components import COMPONENTS, kueue_dir
+from devstack.stack import restart_component
+from raykueue.core import contract as c
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.client import load_api_client
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import ApiError, Rest
+from testkit.interrupt import interruptible
+from testkit.raycluster import ELASTIC_ANNOTATION
+from testkit.reads import gone
+from testkit.servers import RaykueueServer, metrics_page
+from testkit.standins import WPCS
+from testkit.waiting import WaitTimeout, wait_for
 
 WAYS = ("kueue-elastic", "raykueue")
 RUN = uuid.uuid4().hex[:4]  # in every name, so a run never meets an earlier run's namespaces
