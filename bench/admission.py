@@ -30,11 +30,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _repo import ROOT  # the checkout, put on sys.path
 
-from raykueue.core import contract as c  # noqa: E402
-from testkit import reviews as rv  # noqa: E402
+from raykueue.core import contract as c
+from testkit import reviews as rv
 
 LUA = """
 local bodies = {}

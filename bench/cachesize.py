@@ -25,16 +25,13 @@ import gc
 import subprocess
 import sys
 import tracemalloc
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _repo  # noqa: F401 - the checkout on sys.path
+import orjson
 
-import orjson  # noqa: E402
-
-from raykueue.controller import caches  # noqa: E402
-from raykueue.controller.caches import slim_pod, slim_workload  # noqa: E402
-from testkit import controller_objects as o  # noqa: E402
+from raykueue.controller import caches
+from raykueue.controller.caches import slim_pod, slim_workload
+from testkit import controller_objects as o
 
 PER_SECOND = 10  # objects that share a creation (and condition) timestamp
 

@@ -19,13 +19,11 @@ same patch either way, which bench/compare.py checks with a dry-run in both.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+import _repo  # noqa: F401 - the checkout on sys.path
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from raykueue.app.certificates import counted
 from raykueue.app.cli import uvicorn_config

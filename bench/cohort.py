@@ -65,14 +65,12 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _repo  # noqa: F401 - the checkout on sys.path
+import yaml
 
-import yaml  # noqa: E402
-
-import devstack  # noqa: E402
-from bench import curve, scrape  # noqa: E402
-from bench.common import (  # noqa: E402
+import devstack
+from bench import curve, scrape
+from bench.common import (
     ADMIN,
     CQS,
     FLAVORS,
@@ -82,18 +80,19 @@ from bench.common import (  # noqa: E402
     events_by_source,
     percentile,
 )
-from devstack.components import COMPONENTS, kueue_dir  # noqa: E402
-from devstack.stack import restart_component  # noqa: E402
-from raykueue.core import contract as c  # noqa: E402
-from raykueue.kube.cache import WatchCache  # noqa: E402
-from raykueue.kube.client import load_api_client  # noqa: E402
-from raykueue.kube.resources import PODS  # noqa: E402
-from raykueue.kube.rest import ApiError, Rest  # noqa: E402
-from testkit.interrupt import interruptible  # noqa: E402
-from testkit.raycluster import ELASTIC_ANNOTATION  # noqa: E402
-from testkit.servers import RaykueueServer, metrics_page  # noqa: E402
-from testkit.standins import WPCS  # noqa: E402
-from testkit.waiting import WaitTimeout, wait_for  # noqa: E402
+from devstack.components import COMPONENTS, kueue_dir
+from devstack.stack import restart_component
+from raykueue.core import contract as c
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.client import load_api_client
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import ApiError, Rest
+from testkit.interrupt import interruptible
+from testkit.raycluster import ELASTIC_ANNOTATION
+from testkit.reads import gone
+from testkit.servers import RaykueueServer, metrics_page
+from testkit.standins import WPCS
+from testkit.waiting import WaitTimeout, wait_for
 
 WAYS = ("kueue-elastic", "raykueue")
 RUN = uuid.uuid4().hex[:4]  # in every name, so a run never meets an earlier run's namespaces
@@ -188,7 +187,7 @@ def delete_queues(rest: Rest, namespaces: list[str], timeout: float) -> None:
         with suppress(ApiError):
             rest.delete(f"/api/v1/namespaces/{ns}")
     try:
-        wait_for(lambda: all(not ok_get(rest, f"/api/v1/namespaces/{ns}") for ns in namespaces),
+        wait_for(lambda: all(gone(rest, f"/api/v1/namespaces/{ns}") for ns in namespaces),
                  timeout=timeout, interval=2, message="the bench namespaces to be gone")
     except WaitTimeout as e:
         print(f"  cleanup: {e}", flush=True)
@@ -201,16 +200,6 @@ def count(rest: Rest, path: str) -> int:
     """Objects at `path`, from one item and the server's remainingItemCount (no full LIST)."""
     page = rest.get(path, {"limit": 1})
     return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
-
-
-def ok_get(rest: Rest, path: str) -> bool:
-    try:
-        rest.get(path)
-        return True
-    except ApiError as e:
-        if e.status == 404:
-            return False
-        raise
 
 
 # ---- what the pod watch saw ------------------------------------------------------------

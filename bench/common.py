@@ -22,6 +22,7 @@ from bench.kueue_pods import kueue_pod_integration
 from raykueue.core import contract as c
 from raykueue.kube.resources import crd
 from raykueue.kube.rest import ApiError, Rest
+from testkit.reads import get_or_none
 from testkit.reviews import creatable_pod
 from testkit.servers import RaykueueServer
 from testkit.waiting import wait_for
@@ -146,15 +147,8 @@ def add_namespace(rest: Rest, prefix: str, system: str | None, cluster_queue: st
     rest.create(LQS.path(name), {"apiVersion": LQS.api_version, "kind": "LocalQueue",
                                  "metadata": {"name": QUEUE, "namespace": name},
                                  "spec": {"clusterQueue": cluster_queue}})
-
-    def ready() -> bool:
-        try:
-            rest.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            return True
-        except ApiError:
-            return False
-
-    wait_for(ready, timeout=60, message=f"ServiceAccount {name}/default")
+    wait_for(lambda: get_or_none(rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+             timeout=60, message=f"ServiceAccount {name}/default")
     return name
 
 

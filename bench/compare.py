@@ -43,13 +43,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _repo  # noqa: F401 - the checkout on sys.path
 
-import devstack  # noqa: E402
-from bench import apiview  # noqa: E402
-from bench.ceiling_hook import CEILING_HOOK, POD_HOOK  # noqa: E402
-from bench.common import (  # noqa: E402
+import devstack
+from bench import apiview
+from bench.ceiling_hook import CEILING_HOOK, POD_HOOK
+from bench.common import (
     KUEUE_NAMESPACES,
     SYSTEM_LABEL,
     WORKLOADS,
@@ -70,19 +69,19 @@ from bench.common import (  # noqa: E402
     start_raykueue,
     worker_pod,
 )
-from bench.kueue_pods import (  # noqa: E402
+from bench.kueue_pods import (
     register_kueue_pod_webhooks,
     unregister_kueue_pod_webhooks,
 )
-from raykueue.app.settings import Settings  # noqa: E402
-from raykueue.core import contract as c  # noqa: E402
-from raykueue.kube.client import load_api_client  # noqa: E402
-from raykueue.kube.resources import PODS  # noqa: E402
-from raykueue.kube.rest import ApiError, Rest  # noqa: E402
-from testkit.histograms import EMPTY  # noqa: E402
-from testkit.interrupt import interruptible  # noqa: E402
-from testkit.servers import RaykueueServer  # noqa: E402
-from testkit.waiting import wait_for  # noqa: E402
+from raykueue.app.settings import Settings
+from raykueue.core import contract as c
+from raykueue.kube.client import load_api_client
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import ApiError, Rest
+from testkit.histograms import EMPTY
+from testkit.interrupt import interruptible
+from testkit.servers import RaykueueServer
+from testkit.waiting import wait_for
 
 SYSTEMS = ("none", "raykueue", "kueue", "ceiling")
 WRITE_SYSTEMS = ("none", "raykueue", "kueue")  # the ceiling decides, nothing runs its pods

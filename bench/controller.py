@@ -32,22 +32,21 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _repo import ROOT  # the checkout, put on sys.path
 
-import devstack  # noqa: E402
-from bench.common import request_totals  # noqa: E402
-from raykueue.controller.config import ControllerConfig  # noqa: E402
-from raykueue.controller.loop import Controller  # noqa: E402
-from raykueue.kube.cache import WatchCache  # noqa: E402
-from raykueue.kube.client import load_api_client  # noqa: E402
-from raykueue.kube.events import EventRecorder  # noqa: E402
-from raykueue.kube.resources import PODS  # noqa: E402
-from raykueue.kube.rest import Rest  # noqa: E402
-from testkit import standins as t  # noqa: E402
-from testkit.interrupt import interruptible  # noqa: E402
-from testkit.reviews import gates  # noqa: E402
-from testkit.waiting import wait_for  # noqa: E402
+import devstack
+from bench.common import request_totals
+from raykueue.controller.config import ControllerConfig
+from raykueue.controller.loop import Controller
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.client import load_api_client
+from raykueue.kube.events import EventRecorder
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import Rest
+from testkit import standins as t
+from testkit.interrupt import interruptible
+from testkit.reviews import gates
+from testkit.waiting import wait_for
 
 
 def main() -> int:

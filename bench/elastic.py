@@ -55,11 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _repo  # noqa: F401 - the checkout on sys.path
 
-import devstack  # noqa: E402
-from bench.common import (  # noqa: E402
+import devstack
+from bench.common import (
     ADMIN,
     CQS,
     FLAVORS,
@@ -69,17 +68,17 @@ from bench.common import (  # noqa: E402
     lifecycle_writes,
     request_totals,
 )
-from devstack.controlplane import pki  # noqa: E402
-from devstack.kueue.shipped import feature_gate_default, kueue_module_dir, sources_mention  # noqa: E402
-from devstack.ray import dashboard_proxy  # noqa: E402
-from devstack.ray import driver as ray_driver  # noqa: E402
-from devstack.ray.runner import RayClusterRunner, RayTier  # noqa: E402
-from raykueue.controller import workload as w  # noqa: E402
-from raykueue.core import contract as c  # noqa: E402
-from raykueue.kube.client import load_api_client  # noqa: E402
-from raykueue.kube.rest import ApiError, Rest  # noqa: E402
-from testkit.interrupt import interruptible  # noqa: E402
-from testkit.raycluster import (  # noqa: E402
+from devstack.controlplane import pki
+from devstack.kueue.shipped import feature_gate_default, kueue_module_dir, sources_mention
+from devstack.ray import dashboard_proxy
+from devstack.ray import driver as ray_driver
+from devstack.ray.runner import RayClusterRunner, RayTier
+from raykueue.controller import workload as w
+from raykueue.core import contract as c
+from raykueue.kube.client import load_api_client
+from raykueue.kube.rest import ApiError, Rest
+from testkit.interrupt import interruptible
+from testkit.raycluster import (
     HEAD_TIMEOUT,
     SCALE_UP_ANNOTATION,
     WAYS,
@@ -91,9 +90,10 @@ from testkit.raycluster import (  # noqa: E402
     reserved_cpu,
     workload_is_of,
 )
-from testkit.servers import RaykueueServer  # noqa: E402
-from testkit.standins import WPCS  # noqa: E402
-from testkit.waiting import wait_for  # noqa: E402
+from testkit.reads import get_or_none
+from testkit.servers import RaykueueServer
+from testkit.standins import WPCS
+from testkit.waiting import wait_for
 
 ELASTIC_GATE = "ElasticJobsViaWorkloadSlices"
 LOCAL_QUEUE = "team-a"
@@ -172,7 +172,7 @@ class Context:
                                  "metadata": {"name": cq}, "spec": spec})
         rest.create(LQS.path(ns), {"apiVersion": LQS.api_version, "kind": "LocalQueue",
                                    "metadata": {"name": LOCAL_QUEUE}, "spec": {"clusterQueue": cq}})
-        wait_for(lambda: ok(lambda: rest.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default")),
+        wait_for(lambda: get_or_none(rest, f"/api/v1/namespaces/{ns}/serviceaccounts/default"),
                  timeout=60, message=f"ServiceAccount {ns}/default")
         wait_for(lambda: condition(rest.get(CQS.path(None, cq)), "Active") == "True", timeout=60,
                  message=f"ClusterQueue {cq} Active")
@@ -213,14 +213,6 @@ class Context:
         cluster = RayCluster(runner.namespace, runner.cluster, runner, driver)
         cluster.ask({"op": "nodes"})  # connected
         return cluster
-
-
-def ok(call: Callable[[], Any]) -> bool:
-    try:
-        call()
-        return True
-    except ApiError:
-        return False
 
 
 def condition(obj: dict[str, Any], kind: str) -> str | None:

@@ -28,11 +28,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _repo  # noqa: F401 - the checkout on sys.path
 
-import devstack  # noqa: E402
-from bench.common import (  # noqa: E402
+import devstack
+from bench.common import (
     POD_RESOURCES,
     QUEUE,
     RAYCLUSTERS,
@@ -48,13 +47,13 @@ from bench.common import (  # noqa: E402
     request_totals,
     start_raykueue,
 )
-from raykueue.core import contract as c  # noqa: E402
-from raykueue.kube.cache import WatchCache  # noqa: E402
-from raykueue.kube.client import load_api_client  # noqa: E402
-from raykueue.kube.resources import PODS  # noqa: E402
-from raykueue.kube.rest import Rest  # noqa: E402
-from testkit.interrupt import interruptible  # noqa: E402
-from testkit.waiting import WaitTimeout, wait_for  # noqa: E402
+from raykueue.core import contract as c
+from raykueue.kube.cache import WatchCache
+from raykueue.kube.client import load_api_client
+from raykueue.kube.resources import PODS
+from raykueue.kube.rest import Rest
+from testkit.interrupt import interruptible
+from testkit.waiting import WaitTimeout, wait_for
 
 CLUSTER = "scale"
 KWOK_NODES = 10

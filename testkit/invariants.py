@@ -29,6 +29,7 @@ from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.rest import ApiError, Rest
+from testkit.reads import get_or_none
 from testkit.watches import Watching
 
 WORKLOADS = r.crd(c.KUEUE_GROUP, "v1beta2", "workloads")
@@ -116,15 +117,12 @@ class Invariants(Watching):
             owner = w.owner_pod(wl)
             if owner is None:
                 return
-            try:
-                pod = self.admin.get(r.PODS.path(self.ns, owner[0]))
-            except ApiError as exc:
-                if exc.is_not_found:
-                    return
-                raise
+            pod = get_or_none(self.admin, r.PODS.path(self.ns, owner[0]), uid=owner[1])
+            if pod is None:
+                return
             if (pod["metadata"].get("labels") or {}).get(c.GANG_LABEL):
                 return  # an extra moved into its gang's base (tests/e2e/test_gang.py checks cover)
-            if pod["metadata"]["uid"] == owner[1] and not pod["metadata"].get("deletionTimestamp"):
+            if not pod["metadata"].get("deletionTimestamp"):
                 self._fail(f"Workload {meta['name']} was deleted while its pod {owner[0]} lives")
 
     def assert_held(self) -> None:

@@ -15,8 +15,9 @@ import devstack
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube.resources import PODS
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest
 from testkit.quota_invariants import RAY, WORKLOADS, gated_by_raykueue, running
+from testkit.reads import get_or_none
 from testkit.servers import REPO_ROOT, RaykueueServer
 
 ADMIN = "raykueue-admin"  # the CN of devstack's admin certificate: the controller runs as it
@@ -111,12 +112,8 @@ def ray_object(kind: str, name: str, workers: int, *, opted_in: bool, queue: str
 def clusters_of(admin: Rest, ns: str, kind: str, name: str) -> list[dict[str, Any]]:
     """The RayClusters of an object: itself, or the ones its RayJob / RayService made."""
     if kind == c.RAYCLUSTER_KIND:
-        try:
-            return [admin.get(RAY[kind].path(ns, name))]
-        except ApiError as exc:
-            if exc.is_not_found:
-                return []
-            raise
+        found = get_or_none(admin, RAY[kind].path(ns, name))
+        return [found] if found is not None else []
     return [rc for rc in admin.get(RAY[c.RAYCLUSTER_KIND].path(ns))["items"]
             if any(ref.get("kind") == kind and ref.get("name") == name
                    for ref in rc["metadata"].get("ownerReferences") or [])]

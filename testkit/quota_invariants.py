@@ -34,9 +34,10 @@ from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
 from raykueue.kube.cache import WatchCache
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest
 from testkit.pods import gated as gated_by_raykueue
 from testkit.pods import running
+from testkit.reads import get_or_none
 from testkit.waiting import wait_for
 from testkit.watches import Watching
 
@@ -143,12 +144,7 @@ class QuotaInvariants(Watching):
             found = cache.get(ns, name) if cache is not None else None
             if found is not None:
                 return found
-        try:
-            return self.admin.get(RAY[kind].path(ns, name))
-        except ApiError as exc:
-            if exc.is_not_found:
-                return None
-            raise
+        return get_or_none(self.admin, RAY[kind].path(ns, name))
 
     def _cluster_of(self, pod: dict[str, Any], *, fresh: bool = False) -> dict[str, Any] | None:
         ref = owner(pod, (c.RAYCLUSTER_KIND,))
@@ -206,13 +202,8 @@ class QuotaInvariants(Watching):
         self._fail(f"pod {pod['metadata']['name']} runs in {ns} under no admitted Workload")
 
     def _fresh_pod(self, pod: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            latest = self.admin.get(r.PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]))
-        except ApiError as exc:
-            if exc.is_not_found:
-                return None
-            raise
-        return latest if latest["metadata"]["uid"] == pod["metadata"]["uid"] else None
+        meta = pod["metadata"]
+        return get_or_none(self.admin, r.PODS.path(meta["namespace"], meta["name"]), uid=meta["uid"])
 
     def _kueues_admitted(self, pod: dict[str, Any], *, fresh: bool = False) -> bool:
         """Kueue admitted the whole cluster: a Workload owned by its RayCluster or that one's owner."""
@@ -236,13 +227,8 @@ class QuotaInvariants(Watching):
         pod_ref = w.owner_pod(wl)
         if pod_ref is None:
             return
-        try:
-            pod = self.admin.get(r.PODS.path(wl["metadata"]["namespace"], pod_ref[0]))
-        except ApiError as exc:
-            if exc.is_not_found:
-                return
-            raise
-        if pod["metadata"]["uid"] == pod_ref[1] and running(pod) and not gated_by_raykueue(pod):
+        pod = get_or_none(self.admin, r.PODS.path(wl["metadata"]["namespace"], pod_ref[0]), uid=pod_ref[1])
+        if pod is not None and running(pod) and not gated_by_raykueue(pod):
             self._fail(f"raykueue Workload {wl['metadata']['name']} went ({event}) while its pod "
                        f"{pod_ref[0]} runs")
 

@@ -21,7 +21,7 @@ from kubernetes.utils import parse_quantity
 from raykueue.controller import workload as w
 from raykueue.core import contract as c
 from raykueue.kube import resources as r
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest
 from testkit.pods import gated, role
 from testkit.quota_invariants import CLUSTER_QUEUES, RAY, WORKLOADS
 
@@ -118,13 +118,3 @@ def show(admin: Rest, ns: str, want: tuple[int, int] | None = None) -> Callable[
 def status(api: Rest, ns: str, name: str) -> dict[str, Any]:
     """A RayJob's status as KubeRay wrote it last (read fresh: wait on it, never assert once)."""
     return api.get(RAYJOBS.path(ns, name)).get("status") or {}
-
-
-def gone(api: Rest, path: str) -> bool:
-    try:
-        api.get(path)
-    except ApiError as exc:
-        if exc.is_not_found:
-            return True
-        raise
-    return False

@@ -14,6 +14,7 @@ from raykueue.core import contract as c
 from raykueue.kube.resources import PODS, crd
 from raykueue.kube.rest import ApiError, Rest
 from testkit import reviews as rv
+from testkit.reads import get_or_none
 from testkit.waiting import wait_for
 
 WORKLOADS = crd(c.KUEUE_GROUP, "v1beta2", "workloads")
@@ -54,12 +55,7 @@ def create_pod(admin: Rest, pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def workload_of(admin: Rest, pod: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        return admin.get(WORKLOADS.path(pod["metadata"]["namespace"], w.workload_name(pod)))
-    except ApiError as exc:
-        if exc.is_not_found:
-            return None
-        raise
+    return get_or_none(admin, WORKLOADS.path(pod["metadata"]["namespace"], w.workload_name(pod)))
 
 
 def workloads_in(admin: Rest, ns: str) -> list[dict[str, Any]]:
@@ -67,12 +63,7 @@ def workloads_in(admin: Rest, ns: str) -> list[dict[str, Any]]:
 
 
 def live(admin: Rest, pod: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        return admin.get(PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]))
-    except ApiError as exc:
-        if exc.is_not_found:
-            return None
-        raise
+    return get_or_none(admin, PODS.path(pod["metadata"]["namespace"], pod["metadata"]["name"]))
 
 
 def now() -> str:

@@ -18,10 +18,11 @@ from raykueue.core import contract as c
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.events import EventRecorder
 from raykueue.kube.resources import PODS, Resource
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest
 from testkit.e2e.controller import (
     WORKLOADS,
 )
+from testkit.reads import get_or_none
 from testkit.waiting import wait_for
 from testkit.watches import Watching
 
@@ -130,13 +131,8 @@ class QuotaWatch(Watching):
                 self.violations.append(f"{name} admitted while {self.old} still held the quota")
 
     def _pod_runs(self) -> bool:
-        try:
-            pod = self.api.get(PODS.path(self.ns, self.pod))
-        except ApiError as exc:
-            if exc.is_not_found:
-                return False
-            raise
-        return not removal.has_stopped(pod)
+        pod = get_or_none(self.api, PODS.path(self.ns, self.pod))
+        return pod is not None and not removal.has_stopped(pod)
 
     def stop(self) -> None:
         with self._lock:

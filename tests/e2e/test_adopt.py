@@ -34,6 +34,7 @@ from testkit.e2e.controller import (  # noqa: F401 - fixtures
 )
 from testkit.invariants import Invariants
 from testkit.pods import role, running
+from testkit.reads import get_or_none
 from testkit.servers import RaykueueServer
 from testkit.stackfixtures import keep_logs_if_failed, new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
@@ -227,7 +228,7 @@ def exempt_namespace(admin: Rest) -> Iterator[str]:  # noqa: F811
     except ApiError as exc:
         if not exc.is_already_exists:
             raise
-    wait_for(lambda: _exists(admin, f"/api/v1/namespaces/{EXEMPT_NAMESPACE}/serviceaccounts/default"),
+    wait_for(lambda: get_or_none(admin, f"/api/v1/namespaces/{EXEMPT_NAMESPACE}/serviceaccounts/default"),
              timeout=30, message=f"ServiceAccount {EXEMPT_NAMESPACE}/default")
     yield EXEMPT_NAMESPACE
     with contextlib.suppress(ApiError):
@@ -236,16 +237,6 @@ def exempt_namespace(admin: Rest) -> Iterator[str]:  # noqa: F811
              message="the exempt cluster's pods gone")
     if made:
         admin.delete(f"/api/v1/namespaces/{EXEMPT_NAMESPACE}")
-
-
-def _exists(api: Rest, path: str) -> bool:
-    try:
-        api.get(path)
-    except ApiError as exc:
-        if exc.is_not_found:
-            return False
-        raise
-    return True
 
 
 def test_an_opted_in_cluster_in_an_exempt_namespace_is_left_alone(

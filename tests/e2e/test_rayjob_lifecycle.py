@@ -36,12 +36,12 @@ from testkit.rayjob_quota import (
     RAYCLUSTERS,
     RAYJOBS,
     accounted,
-    gone,
     ours,
     ray_pods,
     show,
     status,
 )
+from testkit.reads import gone
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 
 # raycluster(name, 1): a head and one worker of 1 CPU / 1Gi each (KubeRay's

@@ -32,6 +32,7 @@ from testkit.e2e.controller import (  # noqa: F401 - fixtures
     webhooks,
 )
 from testkit.e2e.removal_guard import InProcess, QuotaWatch
+from testkit.reads import get_or_none
 from testkit.stackfixtures import new_namespace  # noqa: F401 - fixture
 from testkit.waiting import wait_for
 
@@ -101,12 +102,9 @@ def test_a_worker_in_its_grace_period_holds_its_quota_until_the_kubelet_stops_it
                 admin.delete(PODS.path(ns, worker["metadata"]["name"]))  # as the autoscaler does
 
                 def stopped() -> dict[str, Any] | None:
-                    try:
-                        pod = admin.get(PODS.path(ns, worker["metadata"]["name"]))
-                    except ApiError as exc:
-                        if exc.is_not_found:
-                            return {"gone": True}
-                        raise
+                    pod = get_or_none(admin, PODS.path(ns, worker["metadata"]["name"]))
+                    if pod is None:
+                        return {"gone": True}
                     states = (pod.get("status") or {}).get("containerStatuses") or []
                     if states and all("terminated" in x["state"] for x in states):
                         return pod

@@ -40,7 +40,7 @@ import pytest
 from devstack.ray.procs import RayProcessError
 from devstack.ray.runner import RayClusterRunner, RayTier
 from raykueue.kube.cache import WatchCache
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest
 from testkit.e2e.kueue_shipped import watched
 from testkit.quota_invariants import InvariantBroken, QuotaInvariants
 from testkit.ray.figures import FIGURES
@@ -50,12 +50,12 @@ from testkit.rayjob_quota import (
     RAYCLUSTERS,
     RAYJOBS,
     accounted,
-    gone,
     ours,
     ray_pods,
     show,
     status,
 )
+from testkit.reads import get_or_none, gone
 from testkit.waiting import wait_for
 from testkit.watches import watching
 
@@ -253,12 +253,10 @@ def test_shutdown_after_the_ttl_holds_the_quota_until_then_and_frees_it_after(sc
     def deleting_since() -> float | None:
         """When the cluster's deletion began: its deletionTimestamp, or now once it is gone
         (either is no earlier than the deletion itself)."""
-        try:
-            stamp = admin.get(RAYCLUSTERS.path(ns, sc.cluster))["metadata"].get("deletionTimestamp")
-        except ApiError as exc:
-            if exc.is_not_found:
-                return time.time()
-            raise
+        rc = get_or_none(admin, RAYCLUSTERS.path(ns, sc.cluster))
+        if rc is None:
+            return time.time()
+        stamp = rc["metadata"].get("deletionTimestamp")
         return _seconds(stamp) if stamp else None
 
     since = sc.wait(deleting_since, timeout=TTL_SECONDS + TEARDOWN_TIMEOUT, message=show(admin, ns))
