@@ -148,10 +148,6 @@ def workers_to_delete(raycluster: Obj) -> frozenset[str]:
     return frozenset(out)
 
 
-def has_worker_groups(raycluster: Obj | None) -> bool:
-    return isinstance(as_dict(as_dict(raycluster).get("spec")).get("workerGroupSpecs"), list)
-
-
 # --- the owner ------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from raykueue.core import priority
 from raykueue.core.objects import Obj, annotations, display_name, is_dns1123_subdomain, labels, spec
 from raykueue.core.podrole import has_ray_owner, kueue_claims, role_of
 from raykueue.core.priority import PriorityPolicy
-from raykueue.core.rayobjects import admitted_whole, group_minimums, handed_to_kueue, has_worker_groups
+from raykueue.core.rayobjects import admitted_whole, group_minimums, handed_to_kueue
 from raykueue.core.refusal import Refusal
 
 
@@ -245,10 +245,11 @@ def gang_minimum(ctx: PodContext) -> dict[str, int] | Refusal | None:
                 'set it to "true" to admit the head and minReplicas workers together, or '
                 '"false" to admit pod by pod')
         cluster = next((o for o in ctx.owners if o.get("kind") == c.RAYCLUSTER_KIND), None)
-        if not has_worker_groups(cluster):
+        if cluster is None:
             return OwnerUnread(
                 f"{_describe(owner)} asks for gang start ({c.GANG_ANNOTATION}) but raykueue does "
-                "not know its RayCluster's worker groups yet; the creation is retried by KubeRay")
+                "not know its RayCluster yet; the creation is retried by KubeRay")
+        # A RayCluster with no worker groups (head only) is a gang of its head alone.
         return group_minimums(cluster)
     return None
 

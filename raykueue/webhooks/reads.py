@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from raykueue.core import contract as c
 from raykueue.core.objects import METADATA_KEPT, Obj, labels
-from raykueue.core.rayobjects import has_worker_groups, ray_owner
+from raykueue.core.rayobjects import ray_owner
 from raykueue.core.selectors import namespace_labels
 from raykueue.webhooks.classify import PodContext
 from raykueue.webhooks.rayrules import NamespaceFacts
@@ -199,10 +199,7 @@ class _LiveReads:
         self.absent = False  # the API server said an owner does not exist
 
     def __call__(self, kind: str, namespace: str, name: str, cached: Obj | None) -> Obj | None:
-        # A RayCluster cached without worker groups may be a moment old: a gang
-        # pod's base counts come from them.
-        stale = kind == c.RAYCLUSTER_KIND and cached is not None and not has_worker_groups(cached)
-        if cached is not None and not stale:
+        if cached is not None:
             return cached
         try:
             left = self.deadline - time.monotonic()

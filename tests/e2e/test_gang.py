@@ -248,3 +248,21 @@ def test_preemption_takes_an_extra_never_the_base(admin, controller, queue):  # 
         assert w.is_admitted(now_base) and not w.is_evicted(now_base)
         assert a_base_pods <= {p["metadata"]["uid"] for p in started(admin, ns, "a")}
         gw.assert_held()
+
+
+def test_a_head_only_gang_cluster_starts_as_a_gang_of_its_head(admin, controller, queue):  # noqa: F811
+    """A RayCluster with no worker groups (KubeRay's workerGroupSpecs is optional) is a gang
+    of its head alone: admitted through a base of one head podSet, never refused."""
+    ns = queue(cpu="3", memory="3Gi")
+    obj = cluster("h", gang=True)
+    del obj["spec"]["workerGroupSpecs"]
+    with watched(admin, ns), GangWatch(admin, ns) as gw:
+        admin.create(RAYCLUSTERS.path(ns), obj)
+        until(gw, lambda: len(started(admin, ns, "h")) == 1, timeout=120,
+              message="the head-only gang cluster's head started")
+        base = base_of(admin, ns, "h")
+        assert base is not None and w.is_admitted(base)
+        assert {ps["name"]: ps["count"] for ps in base["spec"]["podSets"]} == {"head": 1}
+        refused = [e for e in admin.get(f"/api/v1/namespaces/{ns}/events")["items"]
+                   if e.get("type") == "Warning" and "raykueue" in (e.get("message") or "")]
+        assert not refused, [e["message"] for e in refused]

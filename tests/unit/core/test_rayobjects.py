@@ -71,7 +71,7 @@ def test_group_minimums_are_min_replicas_times_hosts() -> None:
     rc["spec"]["workerGroupSpecs"].append({"minReplicas": 5})  # no name: not a group KubeRay makes
     rc["spec"]["workerGroupSpecs"].append({"groupName": "odd", "minReplicas": -1, "numOfHosts": "2"})
     assert ro.group_minimums(rc) == {"cpu": 3, "tpu": 8, "idle": 0, "odd": 0}
-    assert ro.group_minimums(None) == {} and not ro.has_worker_groups({"spec": {}})
+    assert ro.group_minimums(None) == {} and ro.group_minimums({"spec": {}}) == {}
 
 
 def test_the_ray_owner_is_the_controller_reference_into_ray_io() -> None:

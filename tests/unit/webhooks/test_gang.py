@@ -77,8 +77,13 @@ def test_an_invalid_value_is_denied_naming_the_owner_and_the_values() -> None:
     assert '"true"' in message and '"false"' in message
 
 
-def test_a_cluster_whose_groups_are_unknown_is_denied_for_retry() -> None:
-    cluster = _cluster("true")
-    del cluster["spec"]
-    outcome = run(stamped(rv.head_review()), PodContext(owners=(cluster,)))
-    assert not outcome.verdict.allowed and "retried" in outcome.verdict.message
+def test_a_cluster_with_no_worker_groups_is_a_gang_of_its_head_alone() -> None:
+    """workerGroupSpecs is optional in KubeRay's RayCluster: a head-only cluster, whose
+    slimmed copy keeps no spec at all, is admitted as a gang of no worker group."""
+    cluster = copy.deepcopy(RAYCLUSTER)
+    cluster["metadata"]["annotations"][c.GANG_ANNOTATION] = "true"
+    cluster = slim_raycluster({**cluster, "spec": {"headGroupSpec": {}}})
+    assert "spec" not in cluster
+    review = stamped(rv.head_review())
+    pod = patched(review, run(review, PodContext(owners=(cluster,))))
+    assert pod["metadata"]["annotations"][c.GANG_MIN_ANNOTATION] == "{}"

@@ -11,6 +11,8 @@ import copy
 import json
 from typing import Any
 
+import jsonpatch
+
 from raykueue.app.runtime import mutate_with, policy_from
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
@@ -163,15 +165,17 @@ def test_an_unstamped_pod_is_never_read_for() -> None:
     assert (first.decision, second, reader.calls) == ("skipped", None, [])
 
 
-def test_a_gang_cluster_cached_without_worker_groups_is_read_again() -> None:
-    stale = raycluster(gang=True, **{c.QUEUE_ANNOTATION: "lq"})
-    stale = copy.deepcopy(stale)
-    del stale["spec"]
-    reader = Reader(raycluster(gang=True, **{c.QUEUE_ANNOTATION: "lq"}))
-    first, second = decide(view(stale, reader=reader), stamped_worker())
-    assert first.decision == "denied" and "worker groups yet" in first.reason
-    assert second is not None and second.decision == "gated"
-    assert [call[:3] for call in reader.calls] == [(c.RAYCLUSTER_KIND, NS, CLUSTER)]
+def test_a_head_only_gang_cluster_is_a_gang_of_its_head_alone() -> None:
+    """No workerGroupSpecs is a head-only cluster, not one the cache knows too little of:
+    decided from the cache (no read, no refusal), with a gang of no worker group."""
+    head_only = copy.deepcopy(raycluster(gang=True, **{c.QUEUE_ANNOTATION: "lq"}))
+    del head_only["spec"]
+    reader = Reader()
+    first, second = decide(view(head_only, reader=reader), stamped_worker())
+    assert (first.decision, second, reader.calls) == ("gated", None, [])
+    patched = jsonpatch.apply_patch(stamped_worker().object, first.verdict.patch or [])
+    assert patched["metadata"]["annotations"][c.GANG_MIN_ANNOTATION] == "{}"
+    assert patched["metadata"]["labels"][c.GANG_LABEL] == CLUSTER
 
 
 def test_the_cache_miss_refusal_is_its_own_type_and_still_a_refusal() -> None:
@@ -191,12 +195,3 @@ def test_an_absent_owner_further_up_is_named() -> None:
     assert f"RayJob {NS}/train does not exist" in second.verdict.message
     assert [call[:3] for call in reader.calls] == [(c.RAYCLUSTER_KIND, NS, CLUSTER),
                                                    (c.RAYJOB_KIND, NS, "train")]
-
-
-def test_a_gang_cluster_read_again_in_vain_keeps_the_gang_refusal() -> None:
-    stale = copy.deepcopy(raycluster(gang=True, **{c.QUEUE_ANNOTATION: "lq"}))
-    del stale["spec"]
-    reader = Reader(error=TimeoutError("read timed out"))
-    _, second = decide(view(stale, reader=reader), stamped_worker())
-    assert second is not None and second.decision == "denied"
-    assert "worker groups yet" in second.verdict.message and len(reader.calls) == 1
