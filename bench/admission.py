@@ -10,7 +10,15 @@ With --before DIR (a checkout of another commit, e.g. `git worktree add DIR
 COMMIT`), that tree's `raykueue serve` takes a turn in each round too, so a
 change is measured beside its base and the ceiling in one run.
 
+The ceiling is run as `raykueue serve` runs (bench/ceiling.py --tune-interpreter:
+the same GC freeze and switch interval), so that the ratio compares webhooks, not
+interpreter settings; --untuned-ceiling adds the ceiling as it ran before (no
+tuning) to every round, to show what that alone moves. --variant NAME=DIR adds
+further trees' servers, as --before does. Latency percentiles (p50, p90, p99,
+p99.9, max) are wrk's own, per round, from its done() hook.
+
     python bench/admission.py [--connections 32] [--seconds 10] [--rounds 3] [--before DIR]
+        [--variant NAME=DIR ...] [--untuned-ceiling]
 """
 
 from __future__ import annotations
@@ -47,7 +55,16 @@ request = function()
   i = i % #bodies + 1
   return wrk.format("POST", "/mutate-pods", {["Content-Type"] = "application/json"}, bodies[i])
 end
+done = function(summary, latency, requests)
+  io.write("latency-us")
+  for _, p in ipairs({50, 90, 99, 99.9}) do
+    io.write(string.format(" p%g=%d", p, latency:percentile(p)))
+  end
+  io.write(string.format(" max=%d\\n", latency.max))
+end
 """
+
+PERCENTILES = ("p50", "p90", "p99", "p99.9", "max")
 
 
 def free_port() -> int:
@@ -95,25 +112,34 @@ def cpu_seconds(pid: int) -> float:
 
 def run_wrk(pid: int, port: int, script: Path, paths: list[Path], connections: int,
             seconds: int) -> dict:
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(script),
            f"https://127.0.0.1:{port}", "--", *map(str, paths)]
     if shutil.which("taskset") and os.cpu_count() and os.cpu_count() > 1:
         cmd = ["taskset", "-c", "1", *cmd]
     cpu_before = cpu_seconds(pid)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     cpu = cpu_seconds(pid) - cpu_before
+    result = parse_wrk(out)
+    result["cpu_us"] = cpu / result.pop("requests") * 1e6
+    return result
+
+
+def parse_wrk(out: str) -> dict:
+    """reviews/s, the request count and the latency percentiles (ms) of one wrk run
+    with LUA's done() hook; a run with errors is refused, not measured."""
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError(f"wrk saw errors:\n{out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
-    return {"rps": rps, "p50": _latency(out, "50%"), "p99": _latency(out, "99%"),
-            "cpu_us": cpu / total * 1e6}
+    line = re.search(r"^latency-us (.*)$", out, re.M).group(1)
+    micros = dict(pair.split("=") for pair in line.split())
+    return {"rps": rps, "requests": total, **{k: int(micros[k]) / 1000 for k in PERCENTILES}}
 
 
-def _latency(out: str, label: str) -> float:
-    match = re.search(rf"^\s+{re.escape(label)}\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
-    value, unit = float(match.group(1)), match.group(2)
-    return value * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+def _row(result: dict) -> str:
+    return (f"{result['rps']:9.0f} reviews/s  "
+            + "  ".join(f"{k} {result[k]:6.2f}" for k in PERCENTILES)
+            + f" ms  {result['cpu_us']:6.1f} us CPU/review")
 
 
 def main() -> int:
@@ -123,6 +149,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before", type=Path, metavar="DIR",
                         help="a source tree of another commit whose server also takes a turn")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+                        help="one more source tree whose server takes a turn (repeatable)")
+    parser.add_argument("--untuned-ceiling", action="store_true",
+                        help="also run the ceiling without raykueue's interpreter tuning")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("bench needs wrk: apt-get install wrk", file=sys.stderr)
@@ -137,7 +167,13 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the servers
     trees = {"raykueue": ROOT, **({"before": args.before.resolve()} if args.before else {})}
-    ports = {name: free_port() for name in ("ceiling", *trees)}
+    for spec in args.variant:
+        name, _, tree = spec.partition("=")
+        trees[name] = Path(tree).resolve()
+    ceilings = {"ceiling": ["--tune-interpreter"],
+                **({"ceiling-untuned": []} if args.untuned_ceiling else {})}
+    order = [*ceilings, *trees]
+    ports = {name: free_port() for name in order}
     servers: dict[str, subprocess.Popen] = {}
     try:
         for name, tree in trees.items():
@@ -147,39 +183,40 @@ def main() -> int:
                 env={**env, "PYTHONPATH": str(tree)}, stderr=log, cwd=tree)
             answer = wait_ready(ports[name], certs / "ca.crt", paths[0].read_bytes())
             assert answer["response"]["allowed"] and answer["response"].get("patch"), answer
-        servers["ceiling"] = subprocess.Popen(
-            [*pin, sys.executable, str(ROOT / "bench" / "ceiling.py"), "--port", str(ports["ceiling"]),
-             "--cert-dir", str(certs)], env=env, stderr=log, cwd=ROOT)
-        wait_ready(ports["ceiling"], certs / "ca.crt", paths[0].read_bytes())
+        for name, flags in ceilings.items():
+            servers[name] = subprocess.Popen(
+                [*pin, sys.executable, str(ROOT / "bench" / "ceiling.py"),
+                 "--port", str(ports[name]), "--cert-dir", str(certs), *flags],
+                env=env, stderr=log, cwd=ROOT)
+            wait_ready(ports[name], certs / "ca.crt", paths[0].read_bytes())
 
         sizes = ", ".join(f"{p.stem} {p.stat().st_size} B" for p in paths)
         print(f"bodies: {sizes}; {args.connections} connections, {args.seconds}s x "
-              f"{args.rounds} rounds each, servers on core 0, wrk on core 1")
-        results: dict[str, list[dict]] = {name: [] for name in servers}
+              f"{args.rounds} rounds each, servers on core 0, wrk on core 1; "
+              f"latencies in ms; trees: " + ", ".join(f"{n} {t}" for n, t in trees.items()))
+        width = max(map(len, order))
+        results: dict[str, list[dict]] = {name: [] for name in order}
         for round_no in range(args.rounds):
-            for name in ("ceiling", *trees):
+            for name in order:
                 result = run_wrk(servers[name].pid, ports[name], script, paths, args.connections,
                                  args.seconds)
                 results[name].append(result)
-                print(f"  round {round_no + 1} {name:8s} {result['rps']:9.0f} reviews/s  "
-                      f"p50 {result['p50']:6.2f} ms  p99 {result['p99']:6.2f} ms  "
-                      f"{result['cpu_us']:6.1f} us CPU/review", flush=True)
-        keys = ("rps", "p50", "p99", "cpu_us")
-        summary = {name: {k: statistics.median(r[k] for r in runs) for k in keys}
-                   for name, runs in results.items()}
-        for name, s in summary.items():
-            print(f"median {name:8s} {s['rps']:9.0f} reviews/s  p50 {s['p50']:6.2f} ms  "
-                  f"p99 {s['p99']:6.2f} ms  {s['cpu_us']:6.1f} us CPU/review")
-        for name in trees:
-            label = "raykueue" if name == "raykueue" else f"before ({args.before})"
+                print(f"  round {round_no + 1} {name:{width}s} {_row(result)}", flush=True)
+        keys = ("rps", *PERCENTILES, "cpu_us")
+        for name in order:
+            median = {k: statistics.median(r[k] for r in results[name]) for k in keys}
+            print(f"median {name:{width}s} {_row(median)}")
+        for name in order[1:]:
             pairs = list(zip(results[name], results["ceiling"], strict=True))
-            ratios = [r["rps"] / cl["rps"] for r, cl in pairs]
-            cpu_ratios = [cl["cpu_us"] / r["cpu_us"] for r, cl in pairs]
-            print(f"{label} / ceiling throughput: {statistics.median(ratios):.1%} "
-                  f"(per round: {', '.join(f'{x:.1%}' for x in ratios)})")
-            print(f"{label} / ceiling by CPU per review (noise-resistant): "
-                  f"{statistics.median(cpu_ratios):.1%} "
-                  f"(per round: {', '.join(f'{x:.1%}' for x in cpu_ratios)})")
+            for what, ratio in (
+                    ("throughput", lambda r, cl: r["rps"] / cl["rps"]),
+                    ("by CPU per review (noise-resistant)", lambda r, cl: cl["cpu_us"] / r["cpu_us"]),
+                    ("p99 (ceiling = 1)", lambda r, cl: r["p99"] / cl["p99"]),
+                    ("p99.9 (ceiling = 1)", lambda r, cl: r["p99.9"] / cl["p99.9"])):
+                ratios = [ratio(r, cl) for r, cl in pairs]
+                fmt = "{:.1%}" if "=" not in what else "{:.2f}"
+                print(f"{name} / ceiling {what}: {fmt.format(statistics.median(ratios))} "
+                      f"(per round: {', '.join(fmt.format(x) for x in ratios)})")
     finally:
         for server in servers.values():
             server.terminate()

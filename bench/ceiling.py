@@ -13,7 +13,12 @@ from the settings) with the context of a server that has no cluster: the pods
 the benches send (opted in on the pod, queue label set, no owner) get the
 same patch either way, which bench/compare.py checks with a dry-run in both.
 
-    python bench/ceiling.py --port 9555 --cert-dir /tmp/certs
+With --tune-interpreter it sets the interpreter up as `raykueue serve` does
+(app.cli.tune_interpreter: the GC freeze of everything built before serving, the
+thread switch interval), so that a ratio to it compares webhooks, not interpreter
+settings.
+
+    python bench/ceiling.py --port 9555 --cert-dir /tmp/certs [--tune-interpreter]
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from raykueue.app.certificates import counted
-from raykueue.app.cli import uvicorn_config
+from raykueue.app.cli import tune_interpreter, uvicorn_config
 from raykueue.app.runtime import policy_from
 from raykueue.app.settings import Settings
 from raykueue.certs.store import ensure_certs
@@ -65,12 +70,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert-dir", required=True)
+    parser.add_argument("--tune-interpreter", action="store_true",
+                        help="set the interpreter up as `raykueue serve` does before serving")
     args = parser.parse_args()
     settings = Settings(host="127.0.0.1", port=args.port, cert_dir=Path(args.cert_dir),
                         cluster=False)
     paths = ensure_certs(settings.cert_dir)
     serving = counted(paths.tls_cert.read_bytes(), paths.tls_key.read_bytes())
-    uvicorn.Server(uvicorn_config(settings, make_app(settings), serving.context)).run()
+    config = uvicorn_config(settings, make_app(settings), serving.context)
+    if args.tune_interpreter:
+        # Where `raykueue serve` calls it: once the app is loaded, just before serving.
+        tune_interpreter(settings)
+    uvicorn.Server(config).run()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ import functools
 import logging
 import os
 import sys
+import threading
 import time
+from queue import SimpleQueue
 from typing import Any, Literal
 
 import orjson
@@ -131,6 +133,97 @@ def configure(level: str, fmt: str = "auto") -> None:
 # A pipe write of at most this many bytes is never interleaved with another
 # writer's (POSIX PIPE_BUF; Linux's is 4096): a batch of lines is cut to fit.
 _ATOMIC_WRITE = 4096
+# Loop passes' lines the writer may hold before new ones are dropped (a pass holds
+# tens of lines of ~450 bytes: ~15 MB at worst), where a log reader that stopped
+# would otherwise grow the heap without end.
+_MAX_HELD_PASSES = 1000
+# After each write the writer pauses this long before taking more: under load it then
+# takes some passes' lines at a time, and the loop's hand-over mostly finds no thread
+# waiting to be woken (a wake per pass, two context switches and a GIL hand-over, was
+# 12% of the loop's time in py-spy on a loaded machine). Lines wait at most this long.
+_WRITER_PAUSE_SECONDS = 0.005
+
+
+def write_lines(fd: int, lines: list[bytes]) -> None:
+    """Whole lines in order, each os.write at most PIPE_BUF bytes where lines allow
+    (a longer line alone), so that no line is split by another writer's write."""
+    batch: list[bytes] = []
+    size = 0
+    for line in lines:
+        if batch and size + len(line) > _ATOMIC_WRITE:
+            _write_whole(fd, b"".join(batch))
+            batch, size = [], 0
+        batch.append(line)
+        size += len(line)
+    if batch:
+        _write_whole(fd, batch[0] if len(batch) == 1 else b"".join(batch))
+
+
+def _write_whole(fd: int, data: bytes) -> None:
+    # A closed or full stderr must not fail an admission: what cannot be written is dropped.
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(fd, data):]
+
+
+class LineWriter:
+    """A thread that writes the lines handed to it, in the order handed over.
+
+    The event loop hands over and goes on: a write to a file can block for
+    milliseconds (a journal commit, dirty-page throttling: up to 15 ms on a busy
+    disk in bench/admission.py) and one to a pipe whenever its reader lags, and
+    every review in flight on the loop waited as long. os.write releases the GIL,
+    so the loop runs while the writer waits. If the writer falls more than
+    _MAX_HELD_PASSES hand-overs behind, further lines are dropped and counted, and
+    a warning line says how many once it catches up. A stopped server loses no
+    line: uvicorn's shutdown waits 0.1 s after closing connections, far longer than
+    the writer's pause (tests/serve/test_decision_log.py).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: SimpleQueue[tuple[int, list[bytes]]] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.dropped = 0
+
+    def hand_over(self, fd: int, lines: list[bytes]) -> None:
+        if self._thread is None:
+            self._start()
+        if self._queue.qsize() >= _MAX_HELD_PASSES:
+            with self._lock:
+                self.dropped += len(lines)
+            return
+        self._queue.put((fd, lines))
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name=f"{self.name} writer",
+                                          daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _run(self) -> None:
+        while True:
+            fd, lines = self._queue.get()
+            # What else was handed over meanwhile goes out in the same writes.
+            while not self._queue.empty():
+                more_fd, more = self._queue.get()
+                if more_fd == fd:
+                    lines.extend(more)  # a list handed over is the writer's own
+                else:
+                    write_lines(fd, lines)
+                    fd, lines = more_fd, more
+            write_lines(fd, lines)
+            if self.dropped and self._queue.empty():  # caught up: after the lines held
+                with self._lock:
+                    dropped, self.dropped = self.dropped, 0
+                write_lines(fd, [orjson.dumps(
+                    {"time": _timestamp(time.time()), "level": "warning", "logger": self.name,
+                     "msg": "decision lines dropped: the log's reader fell behind",
+                     "dropped": dropped}, option=orjson.OPT_APPEND_NEWLINE)])
+            time.sleep(_WRITER_PAUSE_SECONDS)
 
 
 class DecisionLog:
@@ -141,18 +234,20 @@ class DecisionLog:
     locks and formatting, `logging` cost a fifth of the CPU of a whole review
     in bench/admission.py.
 
-    Inside an event loop the lines of one loop pass are written together, soon
-    after it (`loop.call_soon`): the write system call, one per review before,
-    cost more than the rest of the line (up to 10 us a review on a busy disk in
-    bench/admission.py, with the loop blocked meanwhile). Each os.write holds
-    whole lines only, at most PIPE_BUF bytes where lines allow, so a line is
-    never split by another thread's write. Without a running loop (a thread,
-    a test) a line is written at once.
+    Inside an event loop the lines of one loop pass are handed together, soon
+    after it (`loop.call_soon`), to a LineWriter thread: one write system call per
+    review cost more than the rest of the line, and the loop must not wait on the
+    write at all (see LineWriter). Each os.write holds whole lines only, at most
+    PIPE_BUF bytes where lines allow, so a line is never split by another
+    thread's write. Without a running loop (a thread, a test) a line is written
+    at once.
     """
 
-    def __init__(self, name: str = "raykueue.admission", fd: int = 2) -> None:
+    def __init__(self, name: str = "raykueue.admission", fd: int = 2,
+                 writer: LineWriter | None = None) -> None:
         self.logger = logging.getLogger(name)
         self.fd = fd
+        self.writer = writer or _writer(name)
         self._pending: list[bytes] = []
         # (millisecond, message, the line's opening): one tuple, replaced whole, so that
         # a thread never reads one line's time with another's opening.
@@ -168,7 +263,7 @@ class DecisionLog:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._write([line])
+            write_lines(self.fd, [line])
             return
         if not self._pending:
             loop.call_soon(self.flush)
@@ -192,25 +287,20 @@ class DecisionLog:
         return head + b"," + orjson.dumps(fields, default=str, option=orjson.OPT_APPEND_NEWLINE)[1:]
 
     def flush(self) -> None:
-        """Write the lines held since the last flush (the event loop calls it after each pass)."""
+        """Hand the lines held since the last flush to the writer (the event loop calls it
+        after each pass)."""
         pending, self._pending = self._pending, []
         if pending:
-            self._write(pending)
+            self.writer.hand_over(self.fd, pending)
 
-    def _write(self, lines: list[bytes]) -> None:
-        batch: list[bytes] = []
-        size = 0
-        for line in lines:
-            if batch and size + len(line) > _ATOMIC_WRITE:
-                self._write_whole(b"".join(batch))
-                batch, size = [], 0
-            batch.append(line)
-            size += len(line)
-        if batch:
-            self._write_whole(batch[0] if len(batch) == 1 else b"".join(batch))
 
-    def _write_whole(self, data: bytes) -> None:
-        # A closed or full stderr must not fail an admission: what cannot be written is dropped.
-        with contextlib.suppress(OSError):
-            while data:
-                data = data[os.write(self.fd, data):]
+# One writer thread per logger name: the admission endpoints share theirs.
+_writers: dict[str, LineWriter] = {}
+_writers_lock = threading.Lock()
+
+
+def _writer(name: str) -> LineWriter:
+    with _writers_lock:
+        if name not in _writers:
+            _writers[name] = LineWriter(name)
+        return _writers[name]

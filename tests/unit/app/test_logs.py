@@ -6,13 +6,22 @@ import asyncio
 import calendar
 import logging
 import os
+import select
 import threading
 import time
 
 import orjson
 import pytest
 
-from raykueue.app.logs import DecisionLog, JsonFormatter, TextFormatter, _timestamp, configure, resolve
+from raykueue.app.logs import (
+    DecisionLog,
+    JsonFormatter,
+    LineWriter,
+    TextFormatter,
+    _timestamp,
+    configure,
+    resolve,
+)
 from raykueue.app.settings import Settings
 
 T = calendar.timegm((2026, 12, 4, 5, 6, 7))
@@ -105,40 +114,52 @@ def test_the_setting_picks_the_formatter_and_the_decision_line_follows(
 
 def test_in_an_event_loop_a_pass_s_lines_go_out_together_whole_and_in_order(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """One write per loop pass, not per line, each write whole lines of at most PIPE_BUF
-    bytes (a longer line alone), so no line is split by another thread's write."""
-    writes: list[bytes] = []
+    """A pass's lines are handed to the writer thread together, not written on the loop;
+    each write whole lines of at most PIPE_BUF bytes (a longer line alone), so no line is
+    split by another thread's write."""
+    writes: list[tuple[bytes, threading.Thread]] = []
     real_write = os.write
 
     def spy(fd: int, data: bytes) -> int:
-        writes.append(bytes(data))
+        writes.append((bytes(data), threading.current_thread()))
         return real_write(fd, data)
 
     read, write = os.pipe()
-    os.set_blocking(read, False)
     name = "raykueue.test-batch"
     logging.getLogger(name).setLevel(logging.INFO)
-    decisions = DecisionLog(name, fd=write)
+    decisions = DecisionLog(name, fd=write, writer=LineWriter(name))
     monkeypatch.setattr(os, "write", spy)
 
-    async def one_pass() -> list[bytes]:
+    async def one_pass() -> None:
         for i in range(30):
             decisions.emit("gated", {"i": i, "pad": "x" * 200})
         decisions.emit("gated", {"i": 30, "pad": "y" * 5000})
-        written_during_the_pass = list(writes)
+        assert decisions._pending and writes == []
         await asyncio.sleep(0)  # the loop runs the flush it was handed
-        return written_during_the_pass
 
     try:
-        assert asyncio.run(one_pass()) == []
-        assert 1 < len(writes) < 10
-        assert all(len(w) <= 4096 or w.count(b"\n") == 1 for w in writes)
-        assert all(w.endswith(b"\n") for w in writes)
-        lines = os.read(read, 1 << 20).splitlines()
+        asyncio.run(one_pass())
+        lines = read_lines(read, 31)
         assert [orjson.loads(line)["i"] for line in lines] == list(range(31))
+        assert 1 < len(writes) < 10
+        assert all(len(w) <= 4096 or w.count(b"\n") == 1 for w, _ in writes)
+        assert all(w.endswith(b"\n") for w, _ in writes)
+        assert threading.main_thread() not in {thread for _, thread in writes}
     finally:
         os.close(read)
         os.close(write)
+
+
+def read_lines(fd: int, count: int, timeout: float = 10.0) -> list[bytes]:
+    """The first `count` lines read from `fd`, waiting for them up to `timeout` seconds."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while (got := data.count(b"\n")) < count:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{got} of {count} lines in {timeout} s"
+        if select.select([fd], [], [], left)[0]:
+            data += os.read(fd, 1 << 20)
+    return data.splitlines()[:count]
 
 
 def test_a_decision_line_is_the_merged_entry_encoded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,115 @@
+"""The decision log's writer thread: the event loop never waits on a log write, lines stay
+whole and in order, and a reader that stops costs dropped lines, counted, not memory."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+import raykueue.app.logs as logs
+from raykueue.app.logs import DecisionLog, LineWriter
+from tests.unit.app.test_logs import read_lines
+
+
+@pytest.fixture
+def full_pipe() -> Iterator[tuple[int, int, bytes]]:
+    """A pipe whose buffer is full, so that the next write to it blocks until the test
+    reads; yields (read end, write end, the filler bytes)."""
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(write, False)
+    filler = b""
+    try:
+        while True:
+            filler += b"f" * os.write(write, b"f" * 512)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write, True)
+    try:
+        yield read, write, filler
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def read_exactly(fd: int, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        data += os.read(fd, size - len(data))
+    return data
+
+
+def test_the_loop_goes_on_while_the_log_write_is_blocked(
+        full_pipe: tuple[int, int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the pass-end flush wrote on the loop, and a write that blocked (a full pipe,
+    a busy disk) held every review in flight on the loop as long."""
+    read, write, filler = full_pipe
+    name = "raykueue.test-blocked"
+    logging.getLogger(name).setLevel(logging.INFO)
+    decisions = DecisionLog(name, fd=write, writer=LineWriter(name))
+    entered = threading.Event()
+    real_write = os.write
+
+    def spy(fd: int, data: bytes) -> int:
+        if fd == write:
+            entered.set()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", spy)
+    passes_while_blocked: list[int] = []
+
+    async def serve() -> None:
+        decisions.emit("gated", {"i": 0})
+        await asyncio.sleep(0)  # the flush hands pass 1's line over
+        # Wait off the loop for the writer to be inside its write (the pipe is full).
+        assert await asyncio.to_thread(entered.wait, 10)
+        for i in range(1, 4):
+            decisions.emit("gated", {"i": i})
+            await asyncio.sleep(0)
+            passes_while_blocked.append(i)
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(serve(),))
+    loop_thread.start()
+    loop_thread.join(timeout=10)
+    blocked = loop_thread.is_alive()
+    assert read_exactly(read, len(filler)) == filler  # lets a blocked write go on
+    loop_thread.join()
+    assert not blocked, "the event loop waited on the log write"
+    assert passes_while_blocked == [1, 2, 3]
+    lines = read_lines(read, 4)
+    assert [orjson.loads(line)["i"] for line in lines] == [0, 1, 2, 3]
+
+
+def test_lines_past_the_bound_are_dropped_counted_and_said(
+        full_pipe: tuple[int, int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    read, write, filler = full_pipe
+    monkeypatch.setattr(logs, "_MAX_HELD_PASSES", 2)
+    entered = threading.Event()
+    real_write = os.write
+
+    def spy(fd: int, data: bytes) -> int:
+        if fd == write:
+            entered.set()
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", spy)
+    writer = LineWriter("raykueue.test-bound")
+    writer.hand_over(write, [b'{"i":0}\n'])
+    assert entered.wait(10)  # the writer took pass 0 and is blocked on the full pipe
+    writer.hand_over(write, [b'{"i":1}\n'])
+    writer.hand_over(write, [b'{"i":2}\n'])  # two passes held: the bound
+    writer.hand_over(write, [b'{"i":3}\n', b'{"i":4}\n'])
+    assert writer.dropped == 2
+    assert read_exactly(read, len(filler)) == filler
+    lines = [orjson.loads(line) for line in read_lines(read, 4)]
+    assert [line.get("i") for line in lines[:3]] == [0, 1, 2]
+    assert lines[3]["level"] == "warning" and lines[3]["dropped"] == 2
+    assert lines[3]["logger"] == "raykueue.test-bound"
+    assert writer.dropped == 0
