@@ -5,6 +5,7 @@ index decisions; `key=value` text on a terminal, for a person
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import logging
@@ -142,6 +143,8 @@ _MAX_HELD_PASSES = 1000
 # waiting to be woken (a wake per pass, two context switches and a GIL hand-over, was
 # 12% of the loop's time in py-spy on a loaded machine). Lines wait at most this long.
 _WRITER_PAUSE_SECONDS = 0.005
+# Handed over by `close`: the writer ends after the lines before it.
+_CLOSE = -1
 
 
 def write_lines(fd: int, lines: list[bytes]) -> None:
@@ -176,8 +179,8 @@ class LineWriter:
     so the loop runs while the writer waits. If the writer falls more than
     _MAX_HELD_PASSES hand-overs behind, further lines are dropped and counted, and
     a warning line says how many once it catches up. A stopped server loses no
-    line: uvicorn's shutdown waits 0.1 s after closing connections, far longer than
-    the writer's pause (tests/serve/test_decision_log.py).
+    line: at interpreter exit `close` lets the writer finish what it holds, in order
+    (tests/serve/test_decision_log.py), however far behind it is.
     """
 
     def __init__(self, name: str) -> None:
@@ -185,9 +188,13 @@ class LineWriter:
         self._queue: SimpleQueue[tuple[int, list[bytes]]] = SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._closed = False
         self.dropped = 0
 
     def hand_over(self, fd: int, lines: list[bytes]) -> None:
+        if self._closed:
+            write_lines(fd, lines)
+            return
         if self._thread is None:
             self._start()
         if self._queue.qsize() >= _MAX_HELD_PASSES:
@@ -203,18 +210,30 @@ class LineWriter:
                                           daemon=True)
                 thread.start()
                 self._thread = thread
+                atexit.register(self.close)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write every line held, in order, then stop; later lines are written at once.
+        Registered at exit: the thread is a daemon, which the interpreter would cut short."""
+        self._closed = True
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put((_CLOSE, []))
+            thread.join(timeout)
 
     def _run(self) -> None:
         while True:
             fd, lines = self._queue.get()
             # What else was handed over meanwhile goes out in the same writes.
-            while not self._queue.empty():
+            while fd != _CLOSE and not self._queue.empty():
                 more_fd, more = self._queue.get()
                 if more_fd == fd:
                     lines.extend(more)  # a list handed over is the writer's own
                 else:
                     write_lines(fd, lines)
                     fd, lines = more_fd, more
+            if fd == _CLOSE:
+                return
             write_lines(fd, lines)
             if self.dropped and self._queue.empty():  # caught up: after the lines held
                 with self._lock:

@@ -113,3 +113,27 @@ def test_lines_past_the_bound_are_dropped_counted_and_said(
     assert lines[3]["level"] == "warning" and lines[3]["dropped"] == 2
     assert lines[3]["logger"] == "raykueue.test-bound"
     assert writer.dropped == 0
+
+
+def test_close_writes_every_line_held_in_order_then_writes_at_once() -> None:
+    """The writer is a daemon thread: at exit `close` (registered with atexit) is what
+    keeps a stopping server from cutting the lines it still holds."""
+    read, write = os.pipe()
+    try:
+        writer = LineWriter("raykueue.test-close")
+        lines = [f"{i:04d}\n".encode() for i in range(300)]
+        for i in range(0, 300, 3):
+            writer.hand_over(write, lines[i:i + 3])
+        writer.close()
+        assert writer._thread is not None and not writer._thread.is_alive()
+        writer.hand_over(write, [b"after\n"])  # closed: written at once, on this thread
+        os.close(write)
+        write = -1
+        out = b""
+        while chunk := os.read(read, 65536):
+            out += chunk
+        assert out == b"".join(lines) + b"after\n"
+    finally:
+        os.close(read)
+        if write != -1:
+            os.close(write)

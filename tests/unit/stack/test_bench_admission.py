@@ -1,10 +1,10 @@
-"""bench/admission.py: what it reads from a wrk run (its done() hook's percentiles)."""
+"""bench/wrk.py: what bench/admission.py reads from a wrk run (its done() hook's percentiles)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.admission import parse_wrk
+from bench.wrk import parse_wrk
 
 WRK = """\
 Running 5s test @ https://127.0.0.1:40000
