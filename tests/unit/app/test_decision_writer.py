@@ -46,6 +46,20 @@ def read_exactly(fd: int, size: int) -> bytes:
     return data
 
 
+def write_entered(monkeypatch: pytest.MonkeyPatch, fd: int) -> threading.Event:
+    """Set once a write to `fd` begins (os.write spied on for the test)."""
+    entered = threading.Event()
+    real_write = os.write
+
+    def spy(to: int, data: bytes) -> int:
+        if to == fd:
+            entered.set()
+        return real_write(to, data)
+
+    monkeypatch.setattr(os, "write", spy)
+    return entered
+
+
 def test_the_loop_goes_on_while_the_log_write_is_blocked(
         full_pipe: tuple[int, int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: the pass-end flush wrote on the loop, and a write that blocked (a full pipe,
@@ -54,15 +68,7 @@ def test_the_loop_goes_on_while_the_log_write_is_blocked(
     name = "raykueue.test-blocked"
     logging.getLogger(name).setLevel(logging.INFO)
     decisions = DecisionLog(name, fd=write, writer=LineWriter(name))
-    entered = threading.Event()
-    real_write = os.write
-
-    def spy(fd: int, data: bytes) -> int:
-        if fd == write:
-            entered.set()
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", spy)
+    entered = write_entered(monkeypatch, write)
     passes_while_blocked: list[int] = []
 
     async def serve() -> None:
@@ -91,15 +97,7 @@ def test_lines_past_the_bound_are_dropped_counted_and_said(
         full_pipe: tuple[int, int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     read, write, filler = full_pipe
     monkeypatch.setattr(logs, "_MAX_HELD_PASSES", 2)
-    entered = threading.Event()
-    real_write = os.write
-
-    def spy(fd: int, data: bytes) -> int:
-        if fd == write:
-            entered.set()
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", spy)
+    entered = write_entered(monkeypatch, write)
     writer = LineWriter("raykueue.test-bound")
     writer.hand_over(write, [b'{"i":0}\n'])
     assert entered.wait(10)  # the writer took pass 0 and is blocked on the full pipe
