@@ -136,13 +136,15 @@ def configure(level: str, fmt: str = "auto") -> None:
 _ATOMIC_WRITE = 4096
 # Loop passes' lines the writer may hold before new ones are dropped (a pass holds
 # tens of lines of ~450 bytes: ~15 MB at worst), where a log reader that stopped
-# would otherwise grow the heap without end.
+# would otherwise grow the heap without end. A writer that keeps up holds one pause's
+# passes: at 8,000 reviews a second, one review a pass, 400.
 _MAX_HELD_PASSES = 1000
-# After each write the writer pauses this long before taking more: under load it then
-# takes some passes' lines at a time, and the loop's hand-over mostly finds no thread
-# waiting to be woken (a wake per pass, two context switches and a GIL hand-over, was
-# 12% of the loop's time in py-spy on a loaded machine). Lines wait at most this long.
-_WRITER_PAUSE_SECONDS = 0.005
+# After each write the writer pauses this long before taking more: it then takes a
+# pause's lines at a time, and each wake of it takes the GIL from the event loop (a
+# forced switch on a busy loop; on one core, two context switches). A wake per pass
+# was 12% of the loop's time in py-spy on a loaded machine; a 5 ms pause cost 4-7 us
+# a review more than 50 ms in bench/admission.py. Lines wait at most this long.
+_WRITER_PAUSE_SECONDS = 0.05
 # Handed over by `close`: the writer ends after the lines before it.
 _CLOSE = -1
 

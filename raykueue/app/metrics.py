@@ -39,19 +39,18 @@ class AdmissionStats:
         # Per webhook: a count per bucket (the last one +Inf, not cumulative) and the sum.
         self.latency: dict[str, tuple[list[int], list[float]]] = {}
 
-    def count(self, webhook: str, decision: str, role: str) -> None:
+    def record(self, webhook: str, decision: str, role: str, seconds: float) -> None:
+        """One answered review: its count and its latency (one call: this runs per review)."""
         key = (webhook, decision, role)
         self.requests[key] = self.requests.get(key, 0) + 1
-
-    def count_bad(self, webhook: str) -> None:
-        self.bad[webhook] = self.bad.get(webhook, 0) + 1
-
-    def observe(self, webhook: str, seconds: float) -> None:
         found = self.latency.get(webhook)
         if found is None:
             found = self.latency[webhook] = ([0] * (len(self.bounds) + 1), [0.0])
         found[0][bisect_left(self.bounds, seconds)] += 1
         found[1][0] += seconds
+
+    def count_bad(self, webhook: str) -> None:
+        self.bad[webhook] = self.bad.get(webhook, 0) + 1
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(

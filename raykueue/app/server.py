@@ -60,23 +60,37 @@ class Readiness:
     probe: Callable[[], tuple[bool, str]]
 
 
-async def read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
+def whole_body(first: Message, limit: int) -> bytes | None:
+    """The body when the first message holds all of it (the common case: its size is
+    known, so no header is looked up), else None: `read_body` reads the rest."""
+    if first["type"] != "http.request" or first.get("more_body", False):
+        return None
+    body = first.get("body", b"")
+    if len(body) > limit:
+        raise BodyTooLarge(f"body of {len(body)} bytes exceeds the limit of {limit}")
+    return body
+
+
+async def read_body(receive: Receive, limit: int, scope: Scope, first: Message) -> bytes:
+    """A body in several messages, from its first; a declared length over the limit is
+    refused before the rest is read."""
+    declared = _content_length(scope)
     if declared is not None and declared > limit:
         raise BodyTooLarge(f"body of {declared} bytes exceeds the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
+    message = first
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":
             raise ConnectionError("client went away")
         chunk = message.get("body", b"")
+        chunks.append(chunk)
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
         if not message.get("more_body", False):
-            # Mostly the whole body came in one message: nothing to join.
-            return b"".join((*chunks, chunk)) if chunks else chunk
-        chunks.append(chunk)
+            return b"".join(chunks)
+        message = await receive()
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -116,7 +130,11 @@ class AdmissionEndpoint:
             await _respond(send, 405, encode_error("use POST with an AdmissionReview body"))
             return
         try:
-            body = await read_body(receive, self.max_body_bytes, _content_length(scope))
+            # Read here, not in a coroutine of its own: one review, one fewer frame.
+            first = await receive()
+            body = whole_body(first, self.max_body_bytes)
+            if body is None:
+                body = await read_body(receive, self.max_body_bytes, scope, first)
         except BodyTooLarge as exc:
             ADMISSIONS.count_bad(self.webhook)
             await _respond(send, 400, encode_error(str(exc)))
@@ -147,8 +165,7 @@ class AdmissionEndpoint:
         elapsed = time.perf_counter() - start
         await send({"type": "http.response.start", "status": 200, "headers": _JSON_HEADERS})
         await send({"type": "http.response.body", "body": payload})
-        ADMISSIONS.count(self.webhook, outcome.decision, outcome.role or "none")
-        ADMISSIONS.observe(self.webhook, elapsed)
+        ADMISSIONS.record(self.webhook, outcome.decision, outcome.role or "none", elapsed)
         self._log(review, outcome, elapsed)
 
     def _log(self, review: Review, outcome: Outcome, elapsed: float) -> None:

@@ -32,9 +32,8 @@ def test_the_page_is_what_counter_and_histogram_would_give() -> None:
     for i, seconds in enumerate(SECONDS):
         webhook = ("mutate", "validate")[i % 2]
         decision, role = ("gated", "worker") if i % 3 else ("skipped", "none")
-        stats.count(webhook, decision, role)
+        stats.record(webhook, decision, role, seconds)
         requests.labels(webhook, decision, role).inc()
-        stats.observe(webhook, seconds)
         latency.labels(webhook).observe(seconds)
     stats.count_bad("mutate")
     bad.labels("mutate").inc()
