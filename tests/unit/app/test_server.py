@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from raykueue.app.runtime import mutate_with, policy_from, validate_with
-from raykueue.app.server import Readiness, build_app
+from raykueue.app.server import BodyTooLarge, Readiness, build_app, read_body, whole_body
 from raykueue.app.settings import Settings
 from raykueue.core import contract as c
 from raykueue.webhooks.admit import Outcome
@@ -80,6 +80,45 @@ async def test_oversize_body_without_content_length_is_refused(client: httpx.Asy
     response = await client.post(c.VALIDATE_PATH, content=chunks())
     assert response.status_code == 400
     assert "exceeds the limit" in response.json()["reason"]
+
+
+async def test_a_declared_length_over_the_limit_is_refused_before_the_rest_is_read() -> None:
+    asked = []
+
+    async def receive():
+        asked.append(1)
+        return {"type": "http.request", "body": b" ", "more_body": True}
+
+    first = {"type": "http.request", "body": b"{", "more_body": True}
+    assert whole_body(first, LIMIT) is None
+    scope = {"headers": [(b"content-length", str(LIMIT + 1).encode())]}
+    with pytest.raises(BodyTooLarge, match="exceeds the limit"):
+        await read_body(receive, LIMIT, scope, first)
+    assert asked == []
+
+
+async def test_a_body_in_several_messages_is_read_whole_in_order() -> None:
+    rest = [{"type": "http.request", "body": b"c", "more_body": False},
+            {"type": "http.request", "body": b"b", "more_body": True}]
+
+    async def receive():
+        return rest.pop()
+
+    first = {"type": "http.request", "body": b"a", "more_body": True}
+    assert await read_body(receive, LIMIT, {"headers": []}, first) == b"abc"
+    assert whole_body({"type": "http.request", "body": b"abc"}, LIMIT) == b"abc"
+    with pytest.raises(BodyTooLarge):
+        whole_body({"type": "http.request", "body": b" " * (LIMIT + 1)}, LIMIT)
+
+
+async def test_a_client_gone_mid_body_is_not_answered() -> None:
+    async def receive():
+        return {"type": "http.disconnect"}
+
+    first = {"type": "http.request", "body": b"a", "more_body": True}
+    with pytest.raises(ConnectionError):
+        await read_body(receive, LIMIT, {"headers": []}, first)
+    assert whole_body({"type": "http.disconnect"}, LIMIT) is None
 
 
 async def test_a_crashing_decision_is_a_denial_not_a_crash() -> None:
