@@ -64,8 +64,9 @@ class Ceiling(LoopbackTLSServer):
             env[KEEP_ALIVE_ENV] = str(keep_alive)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
+                # Tuned as `raykueue serve` tunes itself, as bench/admission.py runs it.
                 [sys.executable, str(ROOT / "bench" / "ceiling.py"), "--port", str(self.port),
-                 "--cert-dir", str(self.cert_dir)],
+                 "--cert-dir", str(self.cert_dir), "--tune-interpreter"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
         wait_for(lambda: self.handshakes() >= 0, timeout=60, interval=0.2,
                  message=lambda: f"the ceiling webhook on {self.url}: {self.log_path.read_text()}")
