@@ -134,11 +134,12 @@ def configure(level: str, fmt: str = "auto") -> None:
 # A pipe write of at most this many bytes is never interleaved with another
 # writer's (POSIX PIPE_BUF; Linux's is 4096): a batch of lines is cut to fit.
 _ATOMIC_WRITE = 4096
-# Loop passes' lines the writer may hold before new ones are dropped (a pass holds
-# tens of lines of ~450 bytes: ~15 MB at worst), where a log reader that stopped
-# would otherwise grow the heap without end. A writer that keeps up holds one pause's
-# passes: at 8,000 reviews a second, one review a pass, 400.
-_MAX_HELD_PASSES = 1000
+# Lines the writer may hold, not yet written, before new ones are dropped (~450 bytes
+# each: ~9 MB), where a log reader that stopped would otherwise grow the heap without
+# end. A writer that keeps up holds one pause's lines (400 at 8,000 reviews a second);
+# this is over two seconds of a replica's fastest admissions, for a disk or a pipe's
+# reader that stalls that long.
+_MAX_HELD_LINES = 20_000
 # After each write the writer pauses this long before taking more: it then takes a
 # pause's lines at a time, and each wake of it takes the GIL from the event loop (a
 # forced switch on a busy loop; on one core, two context switches). A wake per pass
@@ -178,9 +179,9 @@ class LineWriter:
     milliseconds (a journal commit, dirty-page throttling: up to 15 ms on a busy
     disk in bench/admission.py) and one to a pipe whenever its reader lags, and
     every review in flight on the loop waited as long. os.write releases the GIL,
-    so the loop runs while the writer waits. If the writer falls more than
-    _MAX_HELD_PASSES hand-overs behind, further lines are dropped and counted, and
-    a warning line says how many once it catches up. A stopped server loses no
+    so the loop runs while the writer waits. If the writer holds _MAX_HELD_LINES
+    lines not yet written, further lines are dropped and counted, and a warning line
+    says how many once it catches up. A stopped server loses no
     line: at interpreter exit `close` lets the writer finish what it holds, in order
     (tests/serve/test_decision_log.py), however far behind it is.
     """
@@ -191,6 +192,7 @@ class LineWriter:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._held = 0  # lines handed over, not yet written (under _lock)
         self.dropped = 0
 
     def hand_over(self, fd: int, lines: list[bytes]) -> None:
@@ -199,11 +201,17 @@ class LineWriter:
             return
         if self._thread is None:
             self._start()
-        if self._queue.qsize() >= _MAX_HELD_PASSES:
-            with self._lock:
+        with self._lock:
+            if self._held + len(lines) > _MAX_HELD_LINES:
                 self.dropped += len(lines)
-            return
+                return
+            self._held += len(lines)
         self._queue.put((fd, lines))
+
+    def _write(self, fd: int, lines: list[bytes]) -> None:
+        write_lines(fd, lines)
+        with self._lock:
+            self._held -= len(lines)
 
     def _start(self) -> None:
         with self._lock:
@@ -232,11 +240,11 @@ class LineWriter:
                 if more_fd == fd:
                     lines.extend(more)  # a list handed over is the writer's own
                 else:
-                    write_lines(fd, lines)
+                    self._write(fd, lines)
                     fd, lines = more_fd, more
             if fd == _CLOSE:
                 return
-            write_lines(fd, lines)
+            self._write(fd, lines)
             if self.dropped and self._queue.empty():  # caught up: after the lines held
                 with self._lock:
                     dropped, self.dropped = self.dropped, 0

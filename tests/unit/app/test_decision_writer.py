@@ -96,19 +96,19 @@ def test_the_loop_goes_on_while_the_log_write_is_blocked(
 def test_lines_past_the_bound_are_dropped_counted_and_said(
         full_pipe: tuple[int, int, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     read, write, filler = full_pipe
-    monkeypatch.setattr(logs, "_MAX_HELD_PASSES", 2)
+    monkeypatch.setattr(logs, "_MAX_HELD_LINES", 3)
     entered = write_entered(monkeypatch, write)
     writer = LineWriter("raykueue.test-bound")
     writer.hand_over(write, [b'{"i":0}\n'])
-    assert entered.wait(10)  # the writer took pass 0 and is blocked on the full pipe
-    writer.hand_over(write, [b'{"i":1}\n'])
-    writer.hand_over(write, [b'{"i":2}\n'])  # two passes held: the bound
+    assert entered.wait(10)  # the writer took line 0 and is blocked on the full pipe
+    writer.hand_over(write, [b'{"i":1}\n', b'{"i":2}\n'])  # three lines held: the bound
     writer.hand_over(write, [b'{"i":3}\n', b'{"i":4}\n'])
-    assert writer.dropped == 2
+    writer.hand_over(write, [b'{"i":5}\n'])
+    assert writer.dropped == 3
     assert read_exactly(read, len(filler)) == filler
     lines = [orjson.loads(line) for line in read_lines(read, 4)]
     assert [line.get("i") for line in lines[:3]] == [0, 1, 2]
-    assert lines[3]["level"] == "warning" and lines[3]["dropped"] == 2
+    assert lines[3]["level"] == "warning" and lines[3]["dropped"] == 3
     assert lines[3]["logger"] == "raykueue.test-bound"
     assert writer.dropped == 0
 
