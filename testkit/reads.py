@@ -1,6 +1,6 @@
-"""Reads that may find nothing: the one place the test kit, the tests and the benches turn
-the API server's 404 into an answer (any other failure still raises, so that a read
-that did not answer is never taken for "gone").
+"""Reads that may find nothing, for the test kit, the tests and the benches: raykueue's own
+`kube.rest.get_or_none` (the API server's 404 as None; any other failure still raises, so
+that a read that did not answer is never taken for "gone"), with a uid.
 
 `uid` names one incarnation of an object: given it, an object of the same name with
 another uid (the one asked about deleted, a new one made in its place) counts as not
@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube import rest
+from raykueue.kube.rest import Rest
 
 
 def get_or_none(api: Rest, path: str, *, uid: str | None = None) -> dict[str, Any] | None:
     """The object at `path`, or None where there is none (or, given `uid`, not that one)."""
-    try:
-        found = api.get(path)
-    except ApiError as exc:
-        if exc.is_not_found:
-            return None
-        raise
-    if uid is not None and found["metadata"]["uid"] != uid:
+    found = rest.get_or_none(api, path)
+    if found is None or (uid is not None and found["metadata"]["uid"] != uid):
         return None
     return found
 

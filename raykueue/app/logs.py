@@ -324,12 +324,4 @@ class DecisionLog:
 
 
 # One writer thread per logger name: the admission endpoints share theirs.
-_writers: dict[str, LineWriter] = {}
-_writers_lock = threading.Lock()
-
-
-def _writer(name: str) -> LineWriter:
-    with _writers_lock:
-        if name not in _writers:
-            _writers[name] = LineWriter(name)
-        return _writers[name]
+_writer = functools.cache(LineWriter)

@@ -20,7 +20,7 @@ from raykueue.kube.resources import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     Resource,
 )
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest, get_or_none
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +80,9 @@ def configs_trust(rest: Rest, ca_pem: bytes, mutating_name: Names,
     webhook that is not registered, so nothing can fail for it.
     """
     for resource, name in _targets(mutating_name, validating_name):
-        try:
-            config = rest.get(resource.path(name=name))
-        except ApiError as exc:
-            if exc.is_not_found:
-                continue
-            raise
+        config = get_or_none(rest, resource.path(name=name))
+        if config is None:
+            continue
         if not config_trusts(config, ca_pem):
             return False
     return True
@@ -101,13 +98,10 @@ def inject_ca_bundle(rest: Rest, ca_pem: bytes, mutating_name: Names,
     changed = 0
     for resource, name in _targets(mutating_name, validating_name):
         path = resource.path(name=name)
-        try:
-            config = rest.get(path)
-        except ApiError as exc:
-            if exc.is_not_found:
-                log.warning("%s %s not found; caBundle not injected", resource.plural, name)
-                continue
-            raise
+        config = get_or_none(rest, path)
+        if config is None:
+            log.warning("%s %s not found; caBundle not injected", resource.plural, name)
+            continue
         ops = ca_bundle_ops(config, ca_pem)
         if not ops:
             continue

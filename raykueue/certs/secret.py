@@ -58,7 +58,7 @@ from raykueue.certs.rotation import (
     plan,
 )
 from raykueue.kube.resources import Resource
-from raykueue.kube.rest import ApiError
+from raykueue.kube.rest import ApiError, get_or_none
 
 __all__ = ["SECRETS", "Material", "ca_needs_rotation", "describe", "needs_rotation",
            "read_secret_material", "reconcile_secret", "request_rotation"]
@@ -146,13 +146,8 @@ def servable(stored: Mapping[str, bytes]) -> Material | None:
 
 def read_secret_material(rest: SecretApi, namespace: str, name: str) -> Material | None:
     """What a non-leader serves: the Secret's pair, read and never written. None if absent."""
-    try:
-        secret = rest.get(SECRETS.path(namespace, name))
-    except ApiError as exc:
-        if exc.is_not_found:
-            return None
-        raise
-    return servable(decode(secret))
+    secret = get_or_none(rest, SECRETS.path(namespace, name))
+    return servable(decode(secret)) if secret is not None else None
 
 
 def reconcile_secret(rest: SecretApi, namespace: str, name: str, dns_names: Iterable[str],

@@ -20,7 +20,7 @@ from raykueue.coexist.metrics import POLICY_MISSING
 from raykueue.coexist.policies import POLICIES, policy_findings, unenforced
 from raykueue.kube.cache import WatchCache
 from raykueue.kube.resources import Resource
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import ApiError, Rest, get_or_none
 
 log = logging.getLogger("raykueue.coexist")
 
@@ -41,12 +41,9 @@ def _keep_checked(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def served(rest: Rest) -> bool:
     """Whether the API server serves both v1 kinds (Kubernetes 1.30 and later)."""
-    try:
-        found = rest.get(f"/apis/{GROUP}/v1")
-    except ApiError as exc:
-        if exc.is_not_found:
-            return False
-        raise
+    found = get_or_none(rest, f"/apis/{GROUP}/v1")
+    if found is None:
+        return False
     names = {res.get("name") for res in found.get("resources") or []}
     return {VALIDATING_ADMISSION_POLICIES.plural, VALIDATING_ADMISSION_POLICY_BINDINGS.plural} <= names
 

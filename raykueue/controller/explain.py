@@ -26,7 +26,7 @@ from raykueue.core import contract as c
 from raykueue.core.objects import Obj, labels, metadata
 from raykueue.core.podrole import role_of
 from raykueue.kube import resources as r
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import ApiError, Rest, get_or_none
 
 # Kueue's VisibilityOnDemand API, served through the API server's aggregation layer.
 VISIBLE_QUEUES = r.crd("visibility.kueue.x-k8s.io", "v1beta2", "localqueues")
@@ -206,12 +206,9 @@ def _read(rest: Rest, namespace: str, name: str) -> str | Facts | tuple[Facts, d
     """What explain reads, as the calling user: a message if the pod is not
     there, its bare facts if Kueue is not served, else the facts and the rest
     of `explain`'s arguments."""
-    try:
-        pod = rest.get(r.PODS.path(namespace, name))
-    except ApiError as exc:
-        if exc.is_not_found:
-            return f"pod {namespace}/{name} not found"
-        raise
+    pod = get_or_none(rest, r.PODS.path(namespace, name))
+    if pod is None:
+        return f"pod {namespace}/{name} not found"
     version = next((v for v in w.VERSIONS if v in r.served_versions(rest, c.KUEUE_GROUP)), None)
     if version is None:
         return Facts(pod, [], d.Context())

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from raykueue.kube.rest import ApiError, Rest
+from raykueue.kube.rest import Rest, get_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +85,7 @@ def served_versions(rest: Rest, group: str) -> list[str]:
 
     Uses discovery, so it answers for a CRD only once the CRD is established.
     """
-    path = f"/apis/{group}" if group else "/api"
-    try:
-        doc = rest.get(path)
-    except ApiError as exc:
-        if exc.is_not_found:
-            return []
-        raise
+    doc = get_or_none(rest, f"/apis/{group}" if group else "/api")
     if not isinstance(doc, dict):
         return []
     if not group:  # APIVersions: {"versions": ["v1"]}

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import orjson
@@ -106,6 +106,22 @@ def encode_query(query: Query) -> str:
     pairs = [(k, ("true" if v else "false") if isinstance(v, bool) else str(v))
              for k, v in query.items() if v is not None]
     return urlencode(pairs)
+
+
+class Getter(Protocol):
+    def get(self, path: str) -> Any: ...
+
+
+def get_or_none(rest: Getter, path: str) -> Any:
+    """GET `path`, the API server's 404 answered as None. Any other failure still raises,
+    so that a read that did not answer is never taken for "not there". A function over
+    anything with `get`, so that each caller's narrow protocol (and its test fake) serves."""
+    try:
+        return rest.get(path)
+    except ApiError as exc:
+        if exc.is_not_found:
+            return None
+        raise
 
 
 class Rest:

@@ -79,8 +79,8 @@ class Manage:
 
 @dataclass(frozen=True, slots=True)
 class OwnerUnread(Refusal):
-    """A refusal only because the caches lack the pod's Ray owner (or its worker
-    groups): the edge may settle it by reading the owner chain live."""
+    """A refusal only because the caches lack the pod's Ray owner (for a gang, its
+    RayCluster): the edge may settle it by reading the owner chain live."""
 
 
 Decision = Skip | Refusal | Manage

@@ -236,8 +236,9 @@ def _owner_chain(stores: _Stores, pod: Obj, namespace: str,
     return chain, None
 
 
-def _context(stores: _Stores, namespace: str, chain: list[Obj], unresolved: str | None,
-             **read: Any) -> PodContext:
+def _context(stores: _Stores, namespace: str, chain: list[Obj], unresolved: str | None, *,
+             live: Callable[[Obj, str], PodContext] | None = None, owner_absent: bool = False,
+             owner_read_error: str | None = None) -> PodContext:
     default_queue = stores.local_queues is not None and stores.local_queues.get(
         namespace, c.DEFAULT_LOCAL_QUEUE) is not None
     setup = stores.kueue() if stores.kueue is not None else None
@@ -251,7 +252,9 @@ def _context(stores: _Stores, namespace: str, chain: list[Obj], unresolved: str 
         # hold yet is judged by the one label every namespace carries.
         kueue_manages_unqueued=setup is not None and setup.manages_unqueued_in(
             _namespace_labels(stores, namespace) or namespace_labels(namespace)),
-        **read,
+        live=live,
+        owner_absent=owner_absent,
+        owner_read_error=owner_read_error,
     )
 
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from kubernetes.client import ApiClient, Configuration
 
-from raykueue.kube.rest import ApiError, Rest, WatchStream, encode_query
+from raykueue.kube.rest import ApiError, Rest, WatchStream, encode_query, get_or_none
 from testkit.waiting import wait_for, within
 
 
@@ -283,3 +283,21 @@ def test_watch_stream_parses_unterminated_last_line() -> None:
     stream = WatchStream(_FakeResponse([b'{"type":"A"}\n\n{"type"', b':"B"}']))  # type: ignore[arg-type]
     assert [e["type"] for e in stream] == ["A", "B"]
     assert stream.closed
+
+
+class _Answers:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def get(self, path: str) -> Any:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_get_or_none_answers_404_as_none_and_raises_any_other_failure() -> None:
+    assert get_or_none(_Answers({"kind": "Pod"}), "/p") == {"kind": "Pod"}
+    assert get_or_none(_Answers(ApiError(404, "NotFound")), "/p") is None
+    for failure in (ApiError(403, "Forbidden"), ApiError(500, "Internal"), TimeoutError("slow")):
+        with pytest.raises(type(failure)):
+            get_or_none(_Answers(failure), "/p")
